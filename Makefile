@@ -1,0 +1,75 @@
+# vllm_ops.dflash — every developer and CI entry point. `make test` is what CI runs (.ci/run).
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell sha256sum requirements-test.txt | cut -c1-12)
+AC := .cache/ac
+COLL := $(AC)/ansible_collections/vllm_ops/dflash
+SANITY_PY ?= 3.11
+SCENARIOS ?= default faults fleet
+export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/$(AC)
+export ANSIBLE_FORCE_COLOR := 0
+export PY_COLORS := 0
+
+.PHONY: test venv testhost unit sanity lint molecule demo demo-destroy build clean changelog-lint
+
+## test: everything CI runs, from scratch (venv, podman + test host image, unit, sanity, lint, molecule)
+test: venv testhost unit lint sanity molecule
+	@echo "make test: all stages passed"
+
+venv: $(STAMP)
+$(STAMP): requirements-test.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -r requirements-test.txt
+	touch $@
+
+## testhost: podman + the locally built systemd image (cached)
+testhost:
+	bash tests/testhost/setup_host.sh
+	bash tests/testhost/build_image.sh
+
+## collection link: ansible and molecule see this checkout as vllm_ops.dflash
+$(COLL):
+	mkdir -p $(dir $(COLL))
+	ln -sfn $(CURDIR) $(COLL)
+
+unit: venv $(COLL)
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit
+
+lint: venv $(COLL)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check plugins tests bench
+	$(BIN)/mypy
+	$(BIN)/ansible-lint --profile production
+	$(BIN)/python tests/tools/check_argument_specs.py
+	$(BIN)/antsibull-changelog lint
+
+## build: the collection tarball, as Galaxy would get it
+build: venv
+	rm -rf build && mkdir -p build
+	$(BIN)/ansible-galaxy collection build --output-path build .
+
+## sanity: ansible-test sanity on the built and installed collection
+sanity: build
+	bash tests/tools/seed_ansible_test_pip.sh $(BIN)/python
+	rm -rf .cache/sanity && mkdir -p .cache/sanity
+	$(BIN)/ansible-galaxy collection install -p .cache/sanity build/vllm_ops-dflash-*.tar.gz
+	cd .cache/sanity/ansible_collections/vllm_ops/dflash && \
+	  $(CURDIR)/$(BIN)/ansible-test sanity --venv --python $(SANITY_PY) --color no
+
+molecule: venv testhost $(COLL)
+	for s in $(SCENARIOS); do $(BIN)/molecule test -s $$s || exit 1; done
+
+## demo: the main job on the embedded default — deploy_dflash.yml on a local systemd container
+demo: venv testhost $(COLL)
+	$(BIN)/molecule converge -s default
+	@echo "The test host 'gpu1' keeps running: 'make demo-destroy' removes it."
+
+demo-destroy: venv
+	$(BIN)/molecule destroy -s default
+
+clean:
+	rm -rf build .cache tests/output

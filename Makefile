@@ -8,12 +8,13 @@ STAMP := $(VENV)/.installed-$(shell sha256sum requirements-test.txt | cut -c1-12
 AC := .cache/ac
 COLL := $(AC)/ansible_collections/vllm_ops/dflash
 SANITY_PY ?= 3.11
-SCENARIOS ?= default faults fleet
+SCENARIOS ?= default fleet
+WHEELHOUSE := .cache/wheelhouse
 export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/$(AC)
 export ANSIBLE_FORCE_COLOR := 0
 export PY_COLORS := 0
 
-.PHONY: test venv testhost unit sanity lint molecule demo demo-destroy build clean changelog-lint
+.PHONY: test venv testhost wheelhouse unit sanity lint molecule demo demo-destroy build clean
 
 ## test: everything CI runs, from scratch (venv, podman + test host image, unit, sanity, lint, molecule)
 test: venv testhost unit lint sanity molecule
@@ -30,6 +31,13 @@ $(STAMP): requirements-test.txt
 testhost:
 	bash tests/testhost/setup_host.sh
 	bash tests/testhost/build_image.sh
+
+## wheelhouse: the build backend for the fixture engine, served to the air-gapped test hosts
+wheelhouse: $(WHEELHOUSE)/.done
+$(WHEELHOUSE)/.done: venv
+	mkdir -p $(WHEELHOUSE)
+	$(BIN)/pip download -q --only-binary=:all: -d $(WHEELHOUSE) setuptools==84.2.1 setuptools-scm==10.3.4 wheel==0.48.0 PyYAML==6.0.3
+	touch $@
 
 ## collection link: ansible and molecule see this checkout as vllm_ops.dflash
 $(COLL):
@@ -60,11 +68,11 @@ sanity: build
 	cd .cache/sanity/ansible_collections/vllm_ops/dflash && \
 	  $(CURDIR)/$(BIN)/ansible-test sanity --venv --python $(SANITY_PY) --color no
 
-molecule: venv testhost $(COLL)
+molecule: venv testhost wheelhouse $(COLL)
 	for s in $(SCENARIOS); do $(BIN)/molecule test -s $$s || exit 1; done
 
 ## demo: the main job on the embedded default — deploy_dflash.yml on a local systemd container
-demo: venv testhost $(COLL)
+demo: venv testhost wheelhouse $(COLL)
 	$(BIN)/molecule converge -s default
 	@echo "The test host 'gpu1' keeps running: 'make demo-destroy' removes it."
 

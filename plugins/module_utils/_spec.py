@@ -812,7 +812,7 @@ def preflight(
     """Check a speculative config (and, for DFlash, its drafter) against the installed vLLM.
 
     Returns `speculative_config` (normalised: vLLM key spelling, method resolved, DFlash K defaulted),
-    `findings` (list of {level, field, message}), `errors`, `warnings` and `drafter_config_path`.
+    `findings` (list of {level, field, message}), `error_count`, `warning_count` and `drafter_config_path`.
     """
     if not isinstance(speculative_config, Mapping):
         raise PreflightError(
@@ -860,7 +860,7 @@ def preflight(
     return {
         "speculative_config": spec,
         "findings": check.findings,
-        "errors": errors,
-        "warnings": len(check.findings) - errors,
+        "error_count": errors,
+        "warning_count": len(check.findings) - errors,
         "drafter_config_path": drafter_path,
     }

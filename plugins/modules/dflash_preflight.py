@@ -143,13 +143,15 @@ findings:
       message: "drafter_config.layer_types: the drafter has sliding-window layers, and this vLLM 0.20.1 runs
         sliding-window drafter layers as full attention ... Fix: deploy a vLLM whose DFlash drafter honours
         layer_types/sliding_window (0.25.0+, or 0.26.0+ for mixed layers)"
-errors:
+error_count:
   description: Number of error findings.
   returned: always
   type: int
   sample: 0
-warnings:
-  description: Number of warning findings.
+warning_count:
+  description:
+    - Number of warning findings. Each warning is also shown as an Ansible warning (the key C(warnings) is
+      Ansible's own, hence the name).
   returned: always
   type: int
   sample: 1
@@ -202,9 +204,12 @@ def main() -> None:
         )
     except PreflightError as exc:
         module.fail_json(msg=str(exc), changed=False)
+    warnings = [f["message"] for f in result["findings"] if f["level"] == WARNING]
+    for warning in warnings:
+        module.warn(warning)
     failing = [f["message"] for f in result["findings"] if f["level"] == ERROR]
     if params["fail_on_warnings"]:
-        failing += [f["message"] for f in result["findings"] if f["level"] == WARNING]
+        failing += warnings
     if failing:
         module.fail_json(msg=f"{len(failing)} preflight finding(s): " + " | ".join(failing), changed=False, **result)
     module.exit_json(changed=False, **result)

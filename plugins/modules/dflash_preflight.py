@@ -20,7 +20,7 @@ description:
     C(layer_types)/C(sliding_window) (without it sliding-window layers run as full attention), and whether
     a drafter that mixes sliding and full layers needs the V2 model runner. The probe patterns are data, listed
     in C(docs/probes.md) of this collection; a probe this module needs but that was not run is an error.
-  - Fails, with every error finding in O(msg), when any finding is an error (or any warning with
+  - Fails, with every error finding in C(msg), when any finding is an error (or any warning with
     O(fail_on_warnings)). Reads files only; never changes anything.
 author: vllm_ops maintainers (@vllm-ops)
 extends_documentation_fragment:

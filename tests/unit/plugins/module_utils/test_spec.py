@@ -571,8 +571,8 @@ def test_preflight_findings(
     kwargs.setdefault("vllm_facts", facts())
     result = preflight(spec, **kwargs)
     assert levels_and_fields(result) == sorted(expected), result["findings"]
-    assert result["error_count"] == sum(1 for level, _ in expected if level == E)
-    assert result["warning_count"] == sum(1 for level, _ in expected if level == W)
+    assert result["error_count"] == sum(1 for finding in expected if finding[0] == E)
+    assert result["warning_count"] == sum(1 for finding in expected if finding[0] == W)
     for finding in result["findings"]:
         # Each message names its field and a fix.
         assert finding["message"].startswith(finding["field"] + ": ")

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -139,3 +140,8 @@ def test_wrong_option_type_is_refused_by_ansible(tmp_path: Path) -> None:
     result = run_module(tmp_path, speculative_config="method=dflash")
     assert result["failed"] is True
     assert "speculative_config" in result["msg"]
+
+
+def test_module_is_python38_syntax() -> None:
+    """The module runs on the target's system Python."""
+    ast.parse((ROOT / "plugins" / "modules" / "dflash_preflight.py").read_text(), feature_version=(3, 8))

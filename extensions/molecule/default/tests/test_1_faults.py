@@ -1,0 +1,129 @@
+"""Every fault fails loudly and leaves the previous release serving: real playbook runs, real host."""
+
+from __future__ import annotations
+
+import pytest
+from deploy_helper import deploy, release_state, service_pid
+
+API_KEY = "fixture-secret-key-do-not-print"
+SPEC = {
+    "method": "dflash",
+    "model": "/srv/models/tiny-dflash",
+    "num_speculative_tokens": 7,
+    "rejection_sample_method": "synthetic",
+    "synthetic_acceptance_length": 4.0,
+}
+
+
+@pytest.fixture
+def serving(host):
+    """What serves before a fault, checked unchanged after it."""
+    before = {"current": release_state(host)["current"], "pid": service_pid(host)}
+    yield before
+    after = release_state(host)
+    assert after["current"] == before["current"], "current moved"
+    assert host.check_output("readlink /opt/vllm/current") == f"releases/{before['current']}"
+    assert host.run("curl -sf http://127.0.0.1:8000/health").rc == 0, "previous release not serving"
+
+
+def _assert_failed(proc, *needles):
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    for needle in needles:
+        assert needle in out, f"{needle!r} not in the playbook output"
+    assert API_KEY not in out, "the API key was printed"
+
+
+def test_build_timeout_kills_the_build_and_keeps_the_log(host, serving):
+    proc = deploy({"vllm_ref": "fault/slow-build", "vllm_build_timeout": 25})
+    _assert_failed(proc, "timed out", "/opt/vllm/logs/build-")
+    assert service_pid(host) == serving["pid"], "the service was restarted"
+    # the whole process group is gone: no build process is left behind
+    assert host.run("pgrep -f 'slow-build|setup.py|pip wheel|bdist_wheel'").rc == 1
+    logs = host.check_output("ls /opt/vllm/logs")
+    assert "build-" in logs
+
+
+def test_missing_extension_is_refused(host, serving):
+    proc = deploy({"vllm_ref": "fault/missing-so"})
+    _assert_failed(proc, "vllm._moe_C", "NOT activated")
+    assert service_pid(host) == serving["pid"]
+    failed = [r for r in release_state(host)["releases"].values() if r["status"] == "failed"]
+    assert failed, "the refused release is not recorded as failed"
+
+
+def test_extension_that_fails_to_compile_is_refused(host, serving):
+    proc = deploy({"vllm_ref": "fault/broken-ext"})
+    _assert_failed(proc, "/opt/vllm/logs/build-")
+    assert service_pid(host) == serving["pid"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        ({"vllm_ref": "no-such-branch"}, "no-such-branch"),
+        ({"vllm_expected_commit": "0" * 40}, "0" * 40),
+        ({"vllm_repo": "/srv/no-such-repo.git"}, "/srv/no-such-repo.git"),
+    ],
+    ids=["unknown-ref", "expected-commit-mismatch", "unreachable-repo"],
+)
+def test_bad_input_fails_before_any_build(host, serving, extra, needle):
+    logs_before = host.check_output("ls /opt/vllm/logs | wc -l")
+    proc = deploy(extra)
+    _assert_failed(proc, needle)
+    assert host.check_output("ls /opt/vllm/logs | wc -l") == logs_before, "a build was started"
+
+
+def test_preflight_refuses_a_sliding_window_drafter_on_a_vllm_without_support(host, serving):
+    # The drafter has sliding-window layers; the fault/no-probe checkout lacks both DFlash fixes.
+    host.run(
+        "python3 -c \"import json; c=json.load(open('/srv/models/tiny-dflash/config.json'));"
+        " c['layer_types']=['sliding_attention']; c['sliding_window']=2048;"
+        " json.dump(c, open('/srv/models/sliding.json','w'))\""
+    )
+    proc = deploy(
+        {
+            "vllm_ref": "fault/no-probe",
+            "vllm_required_probes": [],
+            "dflash_drafter_config": "/srv/models/sliding.json",
+        }
+    )
+    _assert_failed(proc, "sliding")
+    assert service_pid(host) == serving["pid"], "restarted before the preflight verdict"
+
+
+def test_low_acceptance_rolls_back(host, serving):
+    proc = deploy({"vllm_ref": "dflash-fix", "vllm_speculative_config": {**SPEC, "synthetic_acceptance_length": 1.2}})
+    _assert_failed(proc, "1.2", "2.0", "rolled back to " + serving["current"])
+    state = release_state(host)
+    failed = {name for name, r in state["releases"].items() if r["status"] == "failed"}
+    assert any(name != serving["current"] for name in failed)
+    assert host.file("/etc/vllm/default.yaml").contains("synthetic_acceptance_length: 4.0")
+
+
+def test_server_that_exits_at_start_rolls_back(host, serving):
+    proc = deploy({"vllm_ref": "fault/crash-on-start", "vllm_ready_timeout": 20})
+    _assert_failed(proc, "rolled back to " + serving["current"])
+
+
+def test_check_mode_changes_nothing(host, serving):
+    tree = "find /opt/vllm /etc/vllm -printf '%p %s %T@\\n' | sort | md5sum"
+    before = host.check_output(tree)
+    proc = deploy({"vllm_ref": "dflash-fix"}, "--check")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert "changed=" in proc.stdout
+    assert host.check_output(tree) == before
+    assert service_pid(host) == serving["pid"]
+
+
+def test_secret_change_restarts_once_and_is_never_printed(host):
+    pid = service_pid(host)
+    new_key = "rotated-secret-value-1234"
+    proc = deploy({"vllm_api_key": new_key}, "--diff")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert new_key not in proc.stdout + proc.stderr
+    assert service_pid(host) != pid, "not restarted on a changed env file"
+    # back to the scenario's key: restarts again, and the next run changes nothing
+    assert deploy().returncode == 0
+    again = deploy()
+    assert "changed=0" in again.stdout

@@ -49,7 +49,7 @@ unit: venv $(COLL)
 
 lint: venv $(COLL)
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check plugins tests bench
+	$(BIN)/ruff format --check plugins tests bench extensions
 	$(BIN)/mypy
 	$(BIN)/ansible-lint --profile production
 	$(BIN)/python tests/tools/check_argument_specs.py

@@ -270,13 +270,17 @@ def _utc(timestamp: float) -> str:
 def _settle(
     server: _Server, model: Optional[str], before: SpecDecodeSnapshot, settings: GateSettings
 ) -> SpecDecodeSnapshot:
-    """Scrape until two scrapes in a row agree and the drafts have moved, or until settle_seconds."""
+    """Scrape until two scrapes in a row agree and the drafts have moved, or until settle_seconds.
+
+    "Moved" includes going down: a restarted server will not count up to `before` again, and delta()
+    reports the restart.
+    """
     deadline = time.monotonic() + settings.settle_seconds
     last = server.scrape(model)
     while time.monotonic() < deadline:
         time.sleep(settings.poll_interval)
         current = server.scrape(model)
-        if current == last and current.drafts > before.drafts:
+        if current == last and current.drafts != before.drafts:
             return current
         last = current
     return last

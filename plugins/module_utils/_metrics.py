@@ -129,6 +129,9 @@ _TYPE_SUFFIXES = {
 }
 
 
+_TYPES = ("counter", "gauge", "summary", "histogram", "untyped", "unknown", "info", "stateset", "gaugehistogram")
+
+
 class _FamilyBuilder:
     """Groups samples into families the way prometheus_client's text parser does."""
 
@@ -171,6 +174,8 @@ class _FamilyBuilder:
 
 
 def _build_family(name: str, documentation: str, type_: str, samples: List[Sample]) -> MetricFamily:
+    if type_ == "untyped":
+        type_ = "unknown"  # prometheus_client's (OpenMetrics') name for it
     if type_ == "counter":
         if name.endswith("_total"):
             name = name[: -len("_total")]
@@ -210,8 +215,8 @@ def _parse_comment(line: str, builder: _FamilyBuilder) -> None:
     if keyword == "HELP":
         builder.help(name, _HELP_ESCAPES.sub(lambda m: "\\" if m.group(0) == "\\\\" else "\n", rest))
     else:
-        if not rest:
-            raise ValueError("TYPE line without a type")
+        if rest.strip() not in _TYPES:
+            raise ValueError(f"unknown metric type {rest.strip()!r}")
         builder.declare_type(name, rest.strip())
 
 

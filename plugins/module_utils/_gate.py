@@ -131,11 +131,12 @@ class _Server:
         self.settings = settings
         self.base = _base_url(settings.url)
         self.shown = display_url(self.base)
-        self.context: Optional[ssl.SSLContext] = None
-        if self.base.startswith("https:") and not settings.validate_certs:
-            self.context = ssl.create_default_context()
-            self.context.check_hostname = False
-            self.context.verify_mode = ssl.CERT_NONE
+        context = ssl.create_default_context()
+        if not settings.validate_certs:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        # Stdlib opener (this core imports no Ansible, so not ansible.module_utils.urls.open_url).
+        self.opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=context))
 
     def _request(self, path: str, payload: Optional[Dict[str, Any]] = None) -> bytes:
         headers = {"Accept": "application/json, text/plain"}
@@ -146,7 +147,7 @@ class _Server:
         if self.settings.api_key:
             headers["Authorization"] = "Bearer " + self.settings.api_key
         request = urllib.request.Request(self.base + path, data=data, headers=headers)
-        with urllib.request.urlopen(request, timeout=self.settings.timeout, context=self.context) as response:
+        with self.opener.open(request, timeout=self.settings.timeout) as response:
             body: bytes = response.read()
             return body
 

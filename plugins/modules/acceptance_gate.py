@@ -242,12 +242,12 @@ ARGUMENT_SPEC = dict(
     api_key=dict(type="str", no_log=True),
     prompts=dict(type="list", elements="str"),
     requests=dict(type="int", default=24),
-    max_tokens=dict(type="int", default=128),
+    max_tokens=dict(type="int", default=128, no_log=False),  # a token count, not a secret
     concurrency=dict(type="int", default=4),
     min_mean_acceptance_length=dict(type="float", default=2.0),
     min_draft_acceptance_rate=dict(type="float"),
     min_drafts=dict(type="int", default=50),
-    timeout=dict(type="float", default=60.0),
+    timeout=dict(type="float", default=60),
     report_path=dict(type="path"),
     validate_certs=dict(type="bool", default=True),
 )

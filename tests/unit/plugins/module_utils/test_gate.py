@@ -10,6 +10,7 @@ import re
 import socket
 import stat
 import statistics
+import subprocess
 import sys
 from pathlib import Path
 
@@ -227,6 +228,46 @@ def test_server_restart_during_the_gate_is_a_clear_error():
             run_gate(settings(fake.url, requests=4))
 
 
+@pytest.fixture(scope="module")
+def self_signed_cert(tmp_path_factory):
+    pem = tmp_path_factory.mktemp("tls") / "server.pem"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-days",
+            "1",
+            "-keyout",
+            str(pem),
+            "-out",
+            str(pem),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return str(pem)
+
+
+def test_untrusted_tls_certificate_names_validate_certs(self_signed_cert):
+    with FakeVLLM(tls_cert=self_signed_cert) as fake, pytest.raises(GateError) as error:
+        run_gate(settings(fake.url))
+    assert fake.url.startswith("https://")
+    assert str(error.value).startswith(f"TLS certificate of {fake.url}/metrics not trusted")
+    assert str(error.value).endswith("set validate_certs: false")
+
+
+def test_validate_certs_false_accepts_a_self_signed_server(self_signed_cert):
+    with FakeVLLM(tls_cert=self_signed_cert) as fake:
+        outcome = run_gate(settings(fake.url, validate_certs=False, requests=4, min_drafts=1))
+    assert outcome.passed and outcome.report["requests_ok"] == 4
+
+
 def test_openai_base_url_is_accepted():
     with FakeVLLM() as fake:
         outcome = run_gate(settings(fake.url + "/v1/", requests=4, min_drafts=1))
@@ -346,7 +387,7 @@ def test_markdown_report_has_verdict_figures_and_bars(failed_report):
     assert re.search(r"\| mean acceptance length \| 1\.75 \(95% CI [\d.]+-[\d.]+\) \| >= 2\.50 \|", text)
     assert "| drafts | " in text and "| failed requests | 0 of 24 | 0 |" in text
     bars = re.findall(r"^pos (\d) (.{30}) (\d\.\d\d)$", text, re.M)
-    assert [(p, r) for p, _, r in bars] == [
+    assert [(position, rate) for position, _cells, rate in bars] == [
         ("0", "0.50"),
         ("1", "0.25"),
         ("2", "0.00"),
@@ -360,11 +401,11 @@ def test_markdown_report_has_verdict_figures_and_bars(failed_report):
 
 
 @pytest.mark.parametrize(
-    "rate, bar",
+    "rate, expected",
     [(0.0, " " * 30), (1.0, "█" * 30), (0.5, "█" * 15 + " " * 15), (0.51, "█" * 15 + "▎" + " " * 14), (1.7, "█" * 30)],
 )
-def test_bar(rate, bar):
-    assert _bar(rate) == bar
+def test_bar(rate, expected):
+    assert _bar(rate) == expected
 
 
 @pytest.mark.parametrize(

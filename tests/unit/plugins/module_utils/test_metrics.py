@@ -262,7 +262,7 @@ def window_of(accepted, width):
 @pytest.mark.parametrize("seed, width", [(1, 4), (2, 7), (3, 15)])
 def test_interval_from_per_position_counters_equals_the_per_draft_interval(seed, width):
     rng = random.Random(seed)
-    accepted = [min(width, int(rng.expovariate(1 / 3))) for _ in range(400)]
+    accepted = [min(width, int(rng.expovariate(1 / 3))) for _draft in range(400)]
     stats = acceptance_stats(window_of(accepted, width))
     mean = 1 + statistics.mean(accepted)
     half = Z95 * math.sqrt(statistics.variance(accepted) / len(accepted))
@@ -280,7 +280,7 @@ def test_interval_is_clipped_to_possible_lengths():
 
 def test_without_per_position_counters_the_bound_interval_is_wider():
     rng = random.Random(7)
-    accepted = [rng.randint(0, 4) for _ in range(300)]
+    accepted = [rng.randint(0, 4) for _draft in range(300)]
     exact = acceptance_stats(window_of(accepted, 4))
     bound = acceptance_stats(SpecDecodeSnapshot(len(accepted), 4 * len(accepted), sum(accepted), ()))
     assert bound.ci_method == "bhatia-davis"

@@ -38,7 +38,7 @@ def run_module(tmp_path, check_mode=False, **args):
     args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {**args, "_ansible_check_mode": check_mode}}))
     env = dict(os.environ, PYTHONPATH=str(ROOT / ".cache" / "ac"))
     done = subprocess.run(
-        [sys.executable, "-m", MODULE, str(args_file)], capture_output=True, text=True, env=env, timeout=60
+        [sys.executable, "-m", MODULE, str(args_file)], capture_output=True, text=True, env=env, timeout=60, check=False
     )
     return json.loads(done.stdout), done.stdout
 
@@ -66,7 +66,7 @@ def test_passing_gate_returns_figures_facts_and_writes_reports(tmp_path):
 
 def test_failed_verdict_fails_with_msg_and_all_figures(tmp_path):
     with FakeVLLM(accepted_pattern=(0,)) as fake:
-        result, _ = run_module(tmp_path, url=fake.url, model="tiny", report_path=str(tmp_path / "gate.json"))
+        result = run_module(tmp_path, url=fake.url, model="tiny", report_path=str(tmp_path / "gate.json"))[0]
     assert result["failed"] is True and result["passed"] is False
     assert "mean acceptance length 1.00 (95% CI 1.00-1.00) < min_mean_acceptance_length 2.00" in result["msg"]
     assert result["mean_acceptance_length"] == 1.0 and result["drafts"] > 50
@@ -77,7 +77,7 @@ def test_failed_verdict_fails_with_msg_and_all_figures(tmp_path):
 
 def test_check_mode_sends_nothing(tmp_path):
     with FakeVLLM() as fake:
-        result, _ = run_module(tmp_path, check_mode=True, url=fake.url, model="tiny", report_path=str(tmp_path / "g"))
+        result = run_module(tmp_path, check_mode=True, url=fake.url, model="tiny", report_path=str(tmp_path / "g"))[0]
     assert result["skipped"] is True and result["changed"] is False and result["passed"] is None
     assert (fake.requests, fake.metrics_scrapes) == ([], 0)
     assert list(tmp_path.iterdir()) == [tmp_path / "args.json"]
@@ -87,7 +87,7 @@ def test_unreachable_server_fails_with_the_url_and_the_fix(tmp_path):
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{probe.getsockname()[1]}"
-    result, _ = run_module(tmp_path, url=url, model="tiny", timeout=5)
+    result = run_module(tmp_path, url=url, model="tiny", timeout=5)[0]
     assert result["failed"] is True and result["passed"] is False
     assert result["msg"].startswith(f"connection refused by {url}/metrics")
     assert "start the vLLM service" in result["msg"]

@@ -4,13 +4,16 @@
 
 from __future__ import annotations
 
+import http.client
 import importlib.util
 import json
 import os
+import shutil
 import socket
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -105,3 +108,62 @@ def test_argument_spec_matches_the_documentation():
     assert acceptance_gate.ARGUMENT_SPEC["api_key"]["no_log"] is True
     returned = yaml.safe_load(acceptance_gate.RETURN)
     assert set(acceptance_gate.FIGURES) | {"passed", "report"} <= set(returned)
+
+
+ENGINE_SOURCE = ROOT / "tests" / "fixtures" / "engine"
+
+
+@pytest.fixture
+def fixture_engine(tmp_path):
+    """`vllm serve` of the fixture engine (branch `engine`), run from a copy of its source tree."""
+    if not (ENGINE_SOURCE / "vllm" / "entrypoints" / "cli" / "main.py").exists():
+        pytest.skip("the fixture engine (tests/fixtures/engine) is not in this checkout")
+    source = tmp_path / "engine"
+    shutil.copytree(ENGINE_SOURCE, source, ignore=shutil.ignore_patterns("__pycache__", "*.so", "build"))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    speculative = {
+        "method": "dflash",
+        "model": "z-lab/tiny-DFlash",
+        "num_speculative_tokens": 7,
+        "rejection_sample_method": "synthetic",
+        "synthetic_acceptance_length": 3.0,
+    }
+    command = [sys.executable, "-W", "ignore", "-m", "vllm.entrypoints.cli.main", "serve", "tiny"]
+    command += ["--host", "127.0.0.1", "--port", str(port), "--api-key", "engine-key"]
+    command += ["--speculative-config", json.dumps(speculative)]
+    env = dict(os.environ, PYTHONPATH=str(source), VLLM_FIXTURE_STEP_DELAY_S="0")
+    with subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) as server:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 20
+        while True:
+            health = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
+            try:
+                health.request("GET", "/health")
+                if health.getresponse().status == 200:
+                    break
+            except (OSError, http.client.HTTPException):
+                if server.poll() is not None or time.monotonic() > deadline:
+                    server.kill()
+                    pytest.fail(f"the fixture engine did not start: {server.stderr.read()[-2000:]}")
+                time.sleep(0.1)
+            finally:
+                health.close()
+        try:
+            yield url
+        finally:
+            server.terminate()
+            server.wait(timeout=10)
+
+
+@pytest.mark.engine
+def test_gate_against_the_fixture_engine(tmp_path, fixture_engine):
+    result = run_module(tmp_path, url=fixture_engine, model="tiny", api_key="engine-key", max_tokens=64)[0]
+    assert result.get("failed") is not True, result.get("msg")
+    # synthetic_acceptance_length 3.0 with 7 tokens: vLLM 0.26.0 printed exactly this on an H200
+    assert result["mean_acceptance_length"] == pytest.approx(3.0)
+    assert result["mean_acceptance_length_ci95"] == pytest.approx([3.0, 3.0])
+    assert result["per_position_acceptance"] == pytest.approx([1, 1, 0, 0, 0, 0, 0])
+    assert result["draft_acceptance_rate"] == pytest.approx(2 / 7)
+    assert result["drafts"] == 24 * 21  # ceil((64 - 1) / 3) drafts per request

@@ -1,0 +1,479 @@
+# Copyright (c) vllm_ops.dflash contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""vLLM's /metrics page -> speculative-decoding counters -> acceptance figures.
+
+Parsing uses `prometheus_client.parser` when it is importable (it is in vLLM's venv) and otherwise a
+standard-library parser of the Prometheus text exposition format 0.0.4 that builds the same families
+(tests hold both to identical results on real vLLM pages). Standard library only otherwise: this runs
+on the target's system Python (3.8+).
+
+The formulas are vLLM's own (vllm/v1/spec_decode/metrics.py), taken over a window of counter deltas:
+    mean acceptance length  = 1 + accepted_tokens / drafts        (the 1 is the bonus token)
+    draft acceptance rate   = accepted_tokens / draft_tokens
+    per-position rate[i]    = accepted_per_position[i] / drafts
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+__all__ = [
+    "AcceptanceStats",
+    "MetricFamily",
+    "MetricsError",
+    "Sample",
+    "SpecDecodeSnapshot",
+    "acceptance_stats",
+    "delta",
+    "library_parser_available",
+    "parse_metrics",
+    "spec_decode_model_names",
+    "spec_decode_snapshot",
+]
+
+DRAFTS = "vllm:spec_decode_num_drafts_total"
+DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
+ACCEPTED_TOKENS = "vllm:spec_decode_num_accepted_tokens_total"
+ACCEPTED_PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+GENERATION_TOKENS = "vllm:generation_tokens_total"
+PROMPT_TOKENS = "vllm:prompt_tokens_total"
+
+# z for a two-sided 95% normal interval.
+Z95 = 1.959963984540054
+
+
+class MetricsError(Exception):
+    """A /metrics page that cannot give acceptance figures; the message names the cause and the fix."""
+
+
+@dataclass(frozen=True)
+class Sample:
+    name: str
+    labels: Dict[str, str]
+    value: float
+    timestamp: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class MetricFamily:
+    name: str
+    type: str
+    documentation: str
+    samples: Tuple[Sample, ...]
+
+
+# --------------------------------------------------------------------------------------------- parsing
+
+try:  # the maintained parser, when the target has it (vLLM's venv does)
+    from prometheus_client import parser as _prometheus_parser
+except ImportError:  # pragma: no cover - depends on the host
+    _prometheus_parser = None  # type: ignore[assignment]
+
+
+def library_parser_available() -> bool:
+    return _prometheus_parser is not None
+
+
+def parse_metrics(text: str, use_library: Optional[bool] = None) -> List[MetricFamily]:
+    """Parse a Prometheus text page into families.
+
+    `use_library`: None = prometheus_client when importable, else the stdlib parser; True/False forces one
+    (True raises when it is missing). Counter families are named without `_total` and their samples
+    always end in `_total`, as prometheus_client does it.
+    """
+    if use_library is None:
+        use_library = library_parser_available()
+    if use_library:
+        if _prometheus_parser is None:
+            raise MetricsError("prometheus_client is not importable here; parse with use_library=False")
+        try:
+            return [
+                MetricFamily(
+                    family.name,
+                    family.type,
+                    family.documentation,
+                    tuple(
+                        Sample(s.name, dict(s.labels), float(s.value), _float_or_none(s.timestamp))
+                        for s in family.samples
+                    ),
+                )
+                for family in _prometheus_parser.text_string_to_metric_families(text)
+            ]
+        except (ValueError, IndexError) as exc:
+            raise MetricsError(
+                f"the /metrics page is not valid Prometheus text ({exc}); is the URL a vLLM server?"
+            ) from exc
+    return _parse_stdlib(text)
+
+
+def _float_or_none(value: object) -> Optional[float]:
+    if value is None:
+        return None
+    # prometheus_client gives OpenMetrics Timestamp objects for some inputs and floats for others.
+    return float(value)  # type: ignore[arg-type]
+
+
+_METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+_LABEL_ESCAPES = {"\\": "\\", '"': '"', "n": "\n"}
+_HELP_ESCAPES = re.compile(r"\\[\\n]")
+# Which sample names belong to a family declared with `# TYPE <name> <type>` (text format 0.0.4).
+_TYPE_SUFFIXES = {
+    "counter": ("",),
+    "gauge": ("",),
+    "summary": ("_count", "_sum", ""),
+    "histogram": ("_count", "_sum", "_bucket"),
+}
+
+
+_TYPES = ("counter", "gauge", "summary", "histogram", "untyped", "unknown", "info", "stateset", "gaugehistogram")
+
+
+class _FamilyBuilder:
+    """Groups samples into families the way prometheus_client's text parser does."""
+
+    def __init__(self) -> None:
+        self.families: List[MetricFamily] = []
+        self.name = ""
+        self.documentation = ""
+        self.type = "untyped"
+        self.samples: List[Sample] = []
+        self.allowed: Tuple[str, ...] = ()
+
+    def flush(self) -> None:
+        if self.name:
+            self.families.append(_build_family(self.name, self.documentation, self.type, self.samples))
+        self.name, self.documentation, self.type, self.samples, self.allowed = "", "", "untyped", [], ()
+
+    def start(self, name: str) -> None:
+        self.flush()
+        self.name = name
+
+    def help(self, name: str, documentation: str) -> None:
+        if name != self.name:
+            self.start(name)
+            self.allowed = (name,)
+        self.documentation = documentation
+
+    def declare_type(self, name: str, type_: str) -> None:
+        if name != self.name:
+            self.start(name)
+        self.type = type_
+        self.allowed = tuple(name + suffix for suffix in _TYPE_SUFFIXES.get(type_, ("",)))
+
+    def add(self, sample: Sample) -> None:
+        if sample.name in self.allowed:
+            self.samples.append(sample)
+            return
+        # A sample outside the declared family is a family of its own, untyped.
+        self.flush()
+        self.families.append(_build_family(sample.name, "", "untyped", [sample]))
+
+
+def _build_family(name: str, documentation: str, type_: str, samples: List[Sample]) -> MetricFamily:
+    if type_ == "untyped":
+        type_ = "unknown"  # prometheus_client's (OpenMetrics') name for it
+    if type_ == "counter":
+        if name.endswith("_total"):
+            name = name[: -len("_total")]
+        else:
+            samples = [Sample(s.name + "_total", s.labels, s.value, s.timestamp) for s in samples]
+    return MetricFamily(name, type_, documentation, tuple(samples))
+
+
+def _parse_stdlib(text: str) -> List[MetricFamily]:
+    builder = _FamilyBuilder()
+    for number, raw in enumerate(text.split("\n"), start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        try:
+            if line.startswith("#"):
+                _parse_comment(line, builder)
+            else:
+                builder.add(_parse_sample(line))
+        except ValueError as exc:
+            raise MetricsError(
+                f"the /metrics page is not valid Prometheus text (line {number}: {exc}: {line[:120]!r}); "
+                "is the URL a vLLM server?"
+            ) from exc
+    builder.flush()
+    return builder.families
+
+
+def _parse_comment(line: str, builder: _FamilyBuilder) -> None:
+    parts = line.split(None, 3)
+    if len(parts) < 3 or parts[0] != "#" or parts[1] not in ("HELP", "TYPE"):
+        return  # a plain comment
+    keyword, name = parts[1], parts[2]
+    if not _METRIC_NAME.fullmatch(name):
+        raise ValueError(f"invalid metric name {name!r}")
+    rest = parts[3] if len(parts) > 3 else ""
+    if keyword == "HELP":
+        builder.help(name, _HELP_ESCAPES.sub(lambda m: "\\" if m.group(0) == "\\\\" else "\n", rest))
+    else:
+        if rest.strip() not in _TYPES:
+            raise ValueError(f"unknown metric type {rest.strip()!r}")
+        builder.declare_type(name, rest.strip())
+
+
+def _parse_sample(line: str) -> Sample:
+    match = _METRIC_NAME.match(line)
+    if not match:
+        raise ValueError("no metric name")
+    name, pos = match.group(0), match.end()
+    labels: Dict[str, str] = {}
+    brace = _skip_spaces(line, pos)
+    if line[brace : brace + 1] == "{":
+        pos = _parse_labels(line, brace + 1, labels)
+    elif pos < len(line) and not line[pos].isspace():
+        raise ValueError("invalid character after the metric name")
+    fields = line[pos:].split()
+    if not fields or len(fields) > 2:
+        raise ValueError("expected `name{labels} value [timestamp]`")
+    value = _parse_float(fields[0])
+    timestamp = _parse_float(fields[1]) / 1000 if len(fields) == 2 else None  # milliseconds on the wire
+    return Sample(name, labels, value, timestamp)
+
+
+def _parse_labels(line: str, pos: int, labels: Dict[str, str]) -> int:
+    """Parse `a="x",b="y\\"z"}` starting after `{`; fill `labels`, return the index after `}`."""
+    while True:
+        pos = _skip_spaces(line, pos)
+        if pos < len(line) and line[pos] == "}":
+            return pos + 1
+        match = _LABEL_NAME.match(line, pos)
+        if not match:
+            raise ValueError("invalid label name")
+        label = match.group(0)
+        pos = _skip_spaces(line, match.end())
+        if line[pos : pos + 1] != "=":
+            raise ValueError(f"expected `=` after label {label!r}")
+        pos = _skip_spaces(line, pos + 1)
+        if line[pos : pos + 1] != '"':
+            raise ValueError(f"label {label!r} has an unquoted value")
+        value, pos = _read_quoted(line, pos + 1)
+        if label in labels:
+            raise ValueError(f"duplicate label {label!r}")
+        labels[label] = value
+        pos = _skip_spaces(line, pos)
+        if line[pos : pos + 1] == ",":
+            pos += 1
+        elif line[pos : pos + 1] != "}":
+            raise ValueError("expected `,` or `}` between labels")
+
+
+def _read_quoted(line: str, pos: int) -> Tuple[str, int]:
+    """Read a label value after its opening quote; return it unescaped and the index after the closing quote."""
+    out: List[str] = []
+    while pos < len(line):
+        char = line[pos]
+        if char == '"':
+            return "".join(out), pos + 1
+        if char == "\\" and pos + 1 < len(line):
+            following = line[pos + 1]
+            # Unknown escapes are kept verbatim, as prometheus_client keeps them.
+            out.append(_LABEL_ESCAPES.get(following, "\\" + following))
+            pos += 2
+            continue
+        out.append(char)
+        pos += 1
+    raise ValueError("unterminated label value")
+
+
+def _skip_spaces(line: str, pos: int) -> int:
+    while pos < len(line) and line[pos] in " \t":
+        pos += 1
+    return pos
+
+
+def _parse_float(token: str) -> float:
+    # Python's float() also takes `1_000`, which the exposition format does not.
+    if "_" in token:
+        raise ValueError(f"invalid number {token!r}")
+    try:
+        return float(token)  # handles NaN, +Inf, -Inf, exponents
+    except ValueError:
+        raise ValueError(f"invalid number {token!r}") from None
+
+
+# ------------------------------------------------------------------------------------------ snapshots
+
+
+@dataclass(frozen=True)
+class SpecDecodeSnapshot:
+    """Spec-decode counters of one scrape (or the difference of two), summed over engines.
+
+    `generation_tokens`/`prompt_tokens` are None when the page lacks them.
+    """
+
+    drafts: float
+    draft_tokens: float
+    accepted_tokens: float
+    accepted_per_position: Tuple[float, ...]
+    generation_tokens: Optional[float] = None
+    prompt_tokens: Optional[float] = None
+
+
+_NO_SPEC = (
+    "no spec-decode counters: speculative decoding is not enabled on this server "
+    f"(its /metrics has no {DRAFTS}); start vLLM with a speculative config (e.g. method: dflash)"
+)
+
+
+def _samples(families: Iterable[MetricFamily], names: Sequence[str]) -> Iterable[Sample]:
+    for family in families:
+        for sample in family.samples:
+            if sample.name in names:
+                yield sample
+
+
+def spec_decode_model_names(families: Sequence[MetricFamily]) -> List[str]:
+    """The `model_name` labels the server reports spec-decode counters for."""
+    return sorted({s.labels.get("model_name", "") for s in _samples(families, (DRAFTS,))})
+
+
+def spec_decode_snapshot(families: Sequence[MetricFamily], model_name: Optional[str] = None) -> SpecDecodeSnapshot:
+    """Sum the spec-decode and token counters over all engines (and other labels).
+
+    `model_name` keeps only series with that `model_name` label. Raises MetricsError when the page has
+    no spec-decode counters at all, or none for `model_name`.
+    """
+    wanted = (DRAFTS, DRAFT_TOKENS, ACCEPTED_TOKENS, ACCEPTED_PER_POSITION, GENERATION_TOKENS, PROMPT_TOKENS)
+    totals: Dict[str, float] = {}
+    per_position: Dict[int, float] = {}
+    for sample in _samples(families, wanted):
+        if model_name is not None and sample.labels.get("model_name") != model_name:
+            continue
+        if sample.name == ACCEPTED_PER_POSITION:
+            try:
+                position = int(sample.labels["position"])
+            except (KeyError, ValueError):
+                raise MetricsError(
+                    f"{ACCEPTED_PER_POSITION} has a sample without an integer `position` label "
+                    f"({sample.labels}); this vLLM's metrics are not understood by this gate"
+                ) from None
+            per_position[position] = per_position.get(position, 0.0) + sample.value
+        else:
+            totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
+    missing = [name for name in (DRAFTS, DRAFT_TOKENS, ACCEPTED_TOKENS) if name not in totals]
+    if missing:
+        available = spec_decode_model_names(families)
+        if not available:
+            raise MetricsError(_NO_SPEC)
+        if model_name is not None and model_name not in available:
+            raise MetricsError(
+                f"no spec-decode counters for model_name {model_name!r}; this server reports them for "
+                f"{', '.join(repr(n) for n in available)}: set model to the served model name"
+            )
+        raise MetricsError(f"the /metrics page lacks {', '.join(missing)}; this vLLM's metrics are not understood")
+    width = max(per_position) + 1 if per_position else 0
+    return SpecDecodeSnapshot(
+        drafts=totals[DRAFTS],
+        draft_tokens=totals[DRAFT_TOKENS],
+        accepted_tokens=totals[ACCEPTED_TOKENS],
+        accepted_per_position=tuple(per_position.get(i, 0.0) for i in range(width)),
+        generation_tokens=totals.get(GENERATION_TOKENS),
+        prompt_tokens=totals.get(PROMPT_TOKENS),
+    )
+
+
+def delta(before: SpecDecodeSnapshot, after: SpecDecodeSnapshot) -> SpecDecodeSnapshot:
+    """Counters of the window between two scrapes. A counter that went down means the server restarted."""
+
+    def diff(name: str, old: float, new: float) -> float:
+        if new < old:
+            raise MetricsError(
+                f"counter {name} went down ({old:g} -> {new:g}): the vLLM server restarted (or its engine was "
+                "replaced) during the gate; wait until it is stable and run the gate again"
+            )
+        return new - old
+
+    def optional_diff(name: str, old: Optional[float], new: Optional[float]) -> Optional[float]:
+        return None if old is None or new is None else diff(name, old, new)
+
+    def position(values: Tuple[float, ...], i: int) -> float:
+        return values[i] if i < len(values) else 0.0  # a position not exposed yet has counted nothing
+
+    width = max(len(before.accepted_per_position), len(after.accepted_per_position))
+    return SpecDecodeSnapshot(
+        drafts=diff(DRAFTS, before.drafts, after.drafts),
+        draft_tokens=diff(DRAFT_TOKENS, before.draft_tokens, after.draft_tokens),
+        accepted_tokens=diff(ACCEPTED_TOKENS, before.accepted_tokens, after.accepted_tokens),
+        accepted_per_position=tuple(
+            diff(
+                f'{ACCEPTED_PER_POSITION}{{position="{i}"}}',
+                position(before.accepted_per_position, i),
+                position(after.accepted_per_position, i),
+            )
+            for i in range(width)
+        ),
+        generation_tokens=optional_diff(GENERATION_TOKENS, before.generation_tokens, after.generation_tokens),
+        prompt_tokens=optional_diff(PROMPT_TOKENS, before.prompt_tokens, after.prompt_tokens),
+    )
+
+
+# ---------------------------------------------------------------------------------------- statistics
+
+
+@dataclass(frozen=True)
+class AcceptanceStats:
+    drafts: int
+    draft_tokens: int
+    accepted_tokens: int
+    mean_acceptance_length: Optional[float]
+    mean_acceptance_length_ci95: Optional[Tuple[float, float]]
+    draft_acceptance_rate: Optional[float]
+    per_position_acceptance: Tuple[float, ...]
+    ci_method: str
+
+
+def acceptance_stats(window: SpecDecodeSnapshot) -> AcceptanceStats:
+    """vLLM's acceptance figures over a window, plus a 95% interval for the mean acceptance length.
+
+    Interval: each draft accepts A tokens, A in [0, K]; acceptance is a prefix (position i is accepted
+    only if every earlier one was), so P(A >= i+1) = rate[i] and
+        E[A] = sum(rate[i]),   E[A^2] = sum((2i+1) * rate[i]),   var(A) = E[A^2] - E[A]^2,
+    exactly, from the per-position counters alone. The interval is AL +- z95 * sqrt(s^2 / drafts) with the
+    unbiased s^2 = var * n/(n-1), clipped to [1, 1+K]. It treats drafts as independent, which drafts of
+    one request are not quite: read it as the counting noise, not a bound on prompt-set variation.
+    Without per-position counters, the Bhatia-Davis bound var <= m(K-m) for A in [0, K] is used instead,
+    with K = the largest draft length implied by draft_tokens/drafts (rounded up).
+    """
+    drafts = window.drafts
+    if drafts <= 0:
+        return AcceptanceStats(
+            0, round(window.draft_tokens), round(window.accepted_tokens), None, None, None, (), "none"
+        )
+    rates = tuple(c / drafts for c in window.accepted_per_position)
+    mean_accepted = window.accepted_tokens / drafts
+    mean_length = 1.0 + mean_accepted
+    rate = window.accepted_tokens / window.draft_tokens if window.draft_tokens > 0 else None
+    if rates:
+        width = len(rates)
+        first = sum(rates)
+        second = sum((2 * i + 1) * r for i, r in enumerate(rates))
+        variance = second - first * first
+        method = "prefix"
+    else:
+        width = math.ceil(window.draft_tokens / drafts)
+        variance = mean_accepted * (width - mean_accepted)
+        method = "bhatia-davis"
+    variance = max(variance, 0.0)
+    if drafts > 1:
+        variance *= drafts / (drafts - 1)
+    half = Z95 * math.sqrt(variance / drafts)
+    interval = (max(1.0, mean_length - half), min(1.0 + width, mean_length + half))
+    return AcceptanceStats(
+        drafts=round(drafts),
+        draft_tokens=round(window.draft_tokens),
+        accepted_tokens=round(window.accepted_tokens),
+        mean_acceptance_length=mean_length,
+        mean_acceptance_length_ci95=interval,
+        draft_acceptance_rate=rate,
+        per_position_acceptance=rates,
+        ci_method=method,
+    )

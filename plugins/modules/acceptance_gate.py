@@ -1,0 +1,297 @@
+#!/usr/bin/python
+# Copyright (c) vllm_ops.dflash contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: acceptance_gate
+short_description: Judge a speculative-decoding vLLM server by its measured mean acceptance length
+description:
+  - Sends smoke traffic (C(POST /v1/completions), temperature 0) to a running vLLM server and reads its
+    spec-decode counters from C(/metrics) before and after.
+  - Computes vLLM's own figures over that window, the mean acceptance length C(1 + accepted/drafts), the
+    draft acceptance rate C(accepted/draft_tokens), the per-position acceptance C(accepted_per_pos[i]/drafts),
+    and a 95% interval for the mean acceptance length.
+  - Fails when a request failed, when there are fewer than O(min_drafts) drafts to judge, or when the mean
+    acceptance length (or the draft acceptance rate) is under its threshold. A failure returns every figure
+    as well as O(report_path) files, so a rescue block can roll back and record why.
+  - Measure on a server without other traffic; the counters of the whole server are read.
+  - The report format is described in C(docs/gate-report.md).
+version_added: 0.1.0
+author: vllm_ops maintainers (@vllm-ops)
+extends_documentation_fragment:
+  - vllm_ops.dflash.attributes
+attributes:
+  check_mode:
+    support: full
+    details:
+      - In check mode no traffic is sent and nothing is written; the task is reported as skipped with
+        RV(passed=null) and no figures, because a verdict needs real traffic.
+  diff_mode:
+    support: none
+  idempotent:
+    support: partial
+    details:
+      - The server is only read, but each run measures anew; with O(report_path), C(changed) is true when
+        the report files' content changed, which a new run's timestamps usually do.
+options:
+  url:
+    description:
+      - Base URL of the vLLM OpenAI-compatible server. A trailing C(/v1) is ignored.
+    type: str
+    default: http://127.0.0.1:8000
+  model:
+    description:
+      - The served model name to send completions to (vLLM's C(--served-model-name)).
+      - Metrics are read for this C(model_name) label; when the server reports exactly one other name (an
+        alias was used), that one is read.
+    type: str
+    required: true
+  api_key:
+    description:
+      - Bearer token for C(/v1/*), the server's C(--api-key) / E(VLLM_API_KEY). Never logged or reported.
+    type: str
+  prompts:
+    description:
+      - Prompts to cycle through. Default is a shipped set of 12 varied prompts (code, math word problems, prose).
+    type: list
+    elements: str
+  requests:
+    description: Number of completions to send in total.
+    type: int
+    default: 24
+  max_tokens:
+    description: C(max_tokens) of each completion. More tokens give more drafts, hence more evidence.
+    type: int
+    default: 128
+  concurrency:
+    description: Completions in flight at once.
+    type: int
+    default: 4
+  min_mean_acceptance_length:
+    description:
+      - Lowest mean acceptance length (tokens per target forward pass, bonus token included) that passes.
+        C(1.0) means no draft token is ever accepted.
+    type: float
+    default: 2.0
+  min_draft_acceptance_rate:
+    description: Lowest draft acceptance rate (accepted/draft tokens, 0..1) that passes. Not checked when unset.
+    type: float
+  min_drafts:
+    description:
+      - Fewest drafts in the window for any verdict; fewer fails as "not enough evidence".
+    type: int
+    default: 50
+  timeout:
+    description: Seconds to wait for each HTTP request (each completion and each C(/metrics) scrape).
+    type: float
+    default: 60
+  report_path:
+    description:
+      - Write the report as JSON to this path and as Markdown next to it (C(gate.json) -> C(gate.md), any
+        other name gets C(.md) appended). Parent directories are created; files are written atomically
+        with mode 0644. Reports are written for failed verdicts too.
+    type: path
+  validate_certs:
+    description: Verify the server's TLS certificate for an C(https) URL.
+    type: bool
+    default: true
+notes:
+  - Runs on the target with its system Python and the standard library; it uses C(prometheus_client)'s
+    parser when importable and an equivalent built-in parser otherwise.
+  - The 95% interval treats drafts as independent; it reflects counting noise, not variation across prompt sets.
+seealso:
+  - name: vLLM spec-decode metrics
+    description: The counters and formulas (SpecDecodingLogging) this gate reuses.
+    link: https://github.com/vllm-project/vllm/blob/main/vllm/v1/spec_decode/metrics.py
+"""
+
+EXAMPLES = r"""
+- name: Gate the new release on its acceptance length
+  vllm_ops.dflash.acceptance_gate:
+    url: http://127.0.0.1:8000
+    model: qwen36
+    api_key: "{{ vllm_api_key }}"
+    min_mean_acceptance_length: 3.0
+    min_drafts: 200
+    report_path: /var/lib/vllm/gate/{{ release_name }}.json
+  register: gate
+
+- name: Gate with own prompts and a draft acceptance rate floor
+  vllm_ops.dflash.acceptance_gate:
+    model: qwen36
+    prompts:
+      - "Question: what is 17 * 23? Think step by step.\nAnswer:"
+      - "def fibonacci(n):"
+    requests: 48
+    max_tokens: 256
+    min_draft_acceptance_rate: 0.3
+
+- name: Roll back when the gate fails
+  block:
+    - name: Gate
+      vllm_ops.dflash.acceptance_gate:
+        model: qwen36
+  rescue:
+    - name: Roll back to the previous release
+      vllm_ops.dflash.vllm_release:
+        action: rollback
+        reason: "{{ ansible_failed_result.msg }}"
+"""
+
+RETURN = r"""
+passed:
+  description: The verdict. V(null) in check mode.
+  returned: always
+  type: bool
+  sample: true
+mean_acceptance_length:
+  description: C(1 + accepted_tokens / drafts) over the window; V(null) without drafts.
+  returned: when traffic was sent
+  type: float
+  sample: 2.9953
+mean_acceptance_length_ci95:
+  description: 95% interval C([low, high]) for the mean acceptance length (method in C(report.ci_method)).
+  returned: when traffic was sent
+  type: list
+  elements: float
+  sample: [2.8628, 3.1279]
+draft_acceptance_rate:
+  description: C(accepted_tokens / draft_tokens) over the window.
+  returned: when traffic was sent
+  type: float
+  sample: 0.4988
+per_position_acceptance:
+  description: C(accepted_per_pos[i] / drafts) for each draft position i.
+  returned: when traffic was sent
+  type: list
+  elements: float
+  sample: [0.7972, 0.6107, 0.4009, 0.1865]
+drafts:
+  description: Drafts proposed in the window.
+  returned: when traffic was sent
+  type: int
+  sample: 429
+draft_tokens:
+  description: Draft tokens proposed in the window.
+  returned: when traffic was sent
+  type: int
+  sample: 1716
+accepted_tokens:
+  description: Draft tokens accepted in the window.
+  returned: when traffic was sent
+  type: int
+  sample: 856
+requests_ok:
+  description: Completions that returned non-empty text.
+  returned: when traffic was sent
+  type: int
+  sample: 24
+requests_failed:
+  description: Completions that failed (HTTP error, timeout, empty text).
+  returned: when traffic was sent
+  type: int
+  sample: 0
+tokens_per_second:
+  description: Generation tokens counted by the server in the window divided by the traffic's wall time.
+  returned: when traffic was sent
+  type: float
+  sample: 412.5
+report:
+  description:
+    - The full report (schema 1), as written to O(report_path); see C(docs/gate-report.md).
+    - Holds the thresholds, verdict, reasons, figures, request errors, time and server URL (never the api key).
+  returned: when traffic was sent
+  type: dict
+ansible_facts:
+  description: Facts set by a passed gate.
+  returned: on success
+  type: dict
+  contains:
+    dflash_gate:
+      description: The report, as in RV(report).
+      type: dict
+      returned: on success
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._gate import (
+    GateError,
+    GateSettings,
+    run_gate,
+    write_reports,
+)
+
+FIGURES = (
+    "mean_acceptance_length",
+    "mean_acceptance_length_ci95",
+    "draft_acceptance_rate",
+    "per_position_acceptance",
+    "drafts",
+    "draft_tokens",
+    "accepted_tokens",
+    "requests_ok",
+    "requests_failed",
+    "tokens_per_second",
+)
+
+ARGUMENT_SPEC = dict(
+    url=dict(type="str", default="http://127.0.0.1:8000"),
+    model=dict(type="str", required=True),
+    api_key=dict(type="str", no_log=True),
+    prompts=dict(type="list", elements="str"),
+    requests=dict(type="int", default=24),
+    max_tokens=dict(type="int", default=128, no_log=False),  # a token count, not a secret
+    concurrency=dict(type="int", default=4),
+    min_mean_acceptance_length=dict(type="float", default=2.0),
+    min_draft_acceptance_rate=dict(type="float"),
+    min_drafts=dict(type="int", default=50),
+    timeout=dict(type="float", default=60),
+    report_path=dict(type="path"),
+    validate_certs=dict(type="bool", default=True),
+)
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    params = module.params
+    if module.check_mode:
+        module.exit_json(
+            changed=False,
+            skipped=True,
+            passed=None,
+            msg="check mode: no smoke traffic sent, so no verdict",
+        )
+    settings = GateSettings(
+        url=params["url"],
+        model=params["model"],
+        api_key=params["api_key"],
+        prompts=params["prompts"] or (),
+        requests=params["requests"],
+        max_tokens=params["max_tokens"],
+        concurrency=params["concurrency"],
+        min_mean_acceptance_length=params["min_mean_acceptance_length"],
+        min_draft_acceptance_rate=params["min_draft_acceptance_rate"],
+        min_drafts=params["min_drafts"],
+        timeout=params["timeout"],
+        validate_certs=params["validate_certs"],
+    )
+    try:
+        outcome = run_gate(settings)
+    except GateError as exc:
+        module.fail_json(msg=str(exc), passed=False)
+    result = {name: outcome.report[name] for name in FIGURES}
+    result.update(changed=False, passed=outcome.passed, report=outcome.report, msg=outcome.message)
+    if params["report_path"]:
+        try:
+            result["changed"] = write_reports(outcome.report, params["report_path"])
+        except GateError as exc:
+            module.fail_json(**dict(result, msg=f"{exc} (verdict: {outcome.message})", passed=False))
+    if not outcome.passed:
+        module.fail_json(**result)
+    module.exit_json(ansible_facts={"dflash_gate": outcome.report}, **result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,435 @@
+# Copyright (c) vllm_ops.dflash contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+from __future__ import annotations
+
+import collections
+import importlib.util
+import json
+import math
+import re
+import socket
+import stat
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from ansible_collections.vllm_ops.dflash.plugins.module_utils import _metrics
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._gate import (
+    GateError,
+    GateSettings,
+    _bar,
+    display_url,
+    evaluate,
+    render_markdown,
+    report_paths,
+    run_gate,
+    write_reports,
+)
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._metrics import Z95, AcceptanceStats
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._prompts import DEFAULT_PROMPTS
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "metrics"
+
+
+def _load_fake():
+    spec = importlib.util.spec_from_file_location("fake_vllm", FIXTURES / "fake_vllm.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["fake_vllm"] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module.FakeVLLM
+
+
+FakeVLLM = _load_fake()
+
+
+def settings(url, **overrides):
+    values = dict(url=url, model="tiny", poll_interval=0.05, settle_seconds=3.0, timeout=5.0)
+    values.update(overrides)
+    return GateSettings(**values)
+
+
+def free_port_url():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+# --------------------------------------------------------------------------------------- end to end
+
+
+def test_gate_passes_and_measures_what_the_server_did(tmp_path):
+    # Two engines, an API key, and counters published 0.3 s after each response, as vLLM does asynchronously.
+    with FakeVLLM(accepted_pattern=(3, 1, 0, 7, 2, 5), engines=2, api_key="s3cret", publish_delay=0.3) as fake:
+        outcome = run_gate(settings(fake.url, api_key="s3cret"))
+    truth = fake.drafts_accepted
+    report = outcome.report
+    assert outcome.passed and report["passed"] and report["verdict"] == "pass" and report["reasons"] == []
+    assert report["drafts"] == len(truth)
+    assert report["accepted_tokens"] == sum(truth)
+    assert report["draft_tokens"] == 7 * len(truth)
+    mean = 1 + statistics.mean(truth)
+    half = Z95 * math.sqrt(statistics.variance(truth) / len(truth))
+    assert report["mean_acceptance_length"] == pytest.approx(mean, abs=1e-6)
+    assert report["mean_acceptance_length_ci95"] == pytest.approx([mean - half, mean + half], abs=1e-6)
+    assert report["per_position_acceptance"] == pytest.approx(
+        [sum(1 for a in truth if a > i) / len(truth) for i in range(7)], abs=1e-6
+    )
+    assert report["draft_acceptance_rate"] == pytest.approx(sum(truth) / (7 * len(truth)), abs=1e-6)
+    assert (report["requests_ok"], report["requests_failed"]) == (24, 0)
+    assert report["tokens_per_second"] > 0 and report["generation_tokens"] >= 24 * 128
+    assert report["url"] == fake.url and report["metrics_model_name"] == "tiny"
+    assert "passed" in outcome.message and f"{mean:.2f}" in outcome.message
+    # the traffic: every request authorised, greedy, with the default prompts cycled twice
+    assert all(r["authorization"] == "Bearer s3cret" for r in fake.requests)
+    bodies = [r["body"] for r in fake.requests]
+    assert {(b["temperature"], b["max_tokens"], b["model"]) for b in bodies} == {(0, 128, "tiny")}
+    assert collections.Counter(b["prompt"] for b in bodies) == {p: 2 for p in DEFAULT_PROMPTS}
+    assert "s3cret" not in json.dumps(report) + render_markdown(report)
+
+
+def test_gate_without_prometheus_client_uses_the_stdlib_parser(monkeypatch):
+    reports = []
+    for available in (True, False):
+        if not available:
+            monkeypatch.setattr(_metrics, "_prometheus_parser", None)
+        with FakeVLLM(accepted_pattern=(4, 0, 2)) as fake:
+            reports.append(run_gate(settings(fake.url)).report)
+    assert [r["parser"] for r in reports] == ["prometheus_client", "stdlib"]
+    figures = ("mean_acceptance_length", "mean_acceptance_length_ci95", "per_position_acceptance", "drafts")
+    assert [reports[0][k] for k in figures] == [reports[1][k] for k in figures]
+
+
+def test_without_settling_the_late_counters_are_missed():
+    # Proves the settle loop above matters: read at once, the 0.4 s late counters are not there yet.
+    with FakeVLLM(accepted_pattern=(2,), publish_delay=0.4) as fake:
+        outcome = run_gate(settings(fake.url, settle_seconds=0, requests=4, min_drafts=0))
+    assert outcome.report["drafts"] < len(fake.drafts_accepted)
+
+
+def test_custom_prompts_are_cycled():
+    with FakeVLLM() as fake:
+        run_gate(settings(fake.url, prompts=["a", "b", "c"], requests=7, max_tokens=64, min_drafts=1))
+    assert collections.Counter(r["body"]["prompt"] for r in fake.requests) == {"a": 3, "b": 2, "c": 2}
+
+
+def test_low_acceptance_fails_with_figures_ci_and_threshold():
+    with FakeVLLM(accepted_pattern=(0, 0, 1, 0, 0, 0)) as fake:
+        outcome = run_gate(settings(fake.url))
+    report = outcome.report
+    assert not outcome.passed and report["verdict"] == "fail"
+    low, high = report["mean_acceptance_length_ci95"]
+    assert re.search(
+        rf"mean acceptance length 1\.17 \(95% CI {low:.2f}-{high:.2f}\) < min_mean_acceptance_length 2\.00",
+        outcome.message,
+    )
+    assert outcome.message.startswith(f"acceptance gate FAILED for tiny at {fake.url}: ")
+    truth = fake.drafts_accepted
+    assert report["per_position_acceptance"][:2] == pytest.approx([truth.count(1) / len(truth), 0], abs=1e-6)
+
+
+def test_draft_acceptance_rate_threshold():
+    with FakeVLLM(accepted_pattern=(2,)) as fake:
+        outcome = run_gate(settings(fake.url, min_draft_acceptance_rate=0.5))
+    assert not outcome.passed
+    assert outcome.report["reasons"] == ["draft acceptance rate 0.286 < min_draft_acceptance_rate 0.500"]
+
+
+def test_too_few_drafts_is_not_enough_evidence():
+    with FakeVLLM(accepted_pattern=(2,)) as fake:
+        outcome = run_gate(settings(fake.url, requests=2, max_tokens=9, min_drafts=50))
+    assert outcome.report["drafts"] == 6
+    assert outcome.report["reasons"] == ["not enough evidence: 6 drafts < min_drafts 50; raise requests/max_tokens"]
+
+
+def test_missing_api_key_fails_every_request_and_names_the_fix():
+    with FakeVLLM(api_key="s3cret") as fake:
+        outcome = run_gate(settings(fake.url, requests=3, settle_seconds=0))
+    report = outcome.report
+    assert (report["requests_ok"], report["requests_failed"]) == (0, 3)
+    assert report["errors"] == [
+        {
+            "error": f"HTTP 401 from {fake.url}/v1/completions: Unauthorized; the server requires an API key: "
+            "set api_key to its --api-key (VLLM_API_KEY)",
+            "count": 3,
+        }
+    ]
+    assert report["reasons"][0].startswith("3 of 3 requests failed (most common: HTTP 401")
+    assert fake.requests[0]["authorization"] is None
+
+
+def test_wrong_api_key_is_rejected_and_never_reported(tmp_path):
+    with FakeVLLM(api_key="s3cret") as fake:
+        outcome = run_gate(settings(fake.url, api_key="wrong-key-123", requests=2, settle_seconds=0))
+    assert "the api_key was rejected" in outcome.message
+    write_reports(outcome.report, str(tmp_path / "gate.json"))
+    for written in tmp_path.iterdir():
+        assert "wrong-key-123" not in written.read_text()
+    assert "wrong-key-123" not in outcome.message
+
+
+def test_empty_completion_text_counts_as_failed():
+    with FakeVLLM(empty_text=True) as fake:
+        outcome = run_gate(settings(fake.url, requests=4))
+    assert (outcome.report["requests_ok"], outcome.report["requests_failed"]) == (0, 4)
+    assert "empty completion text" in outcome.report["reasons"][0]
+    assert not outcome.passed
+
+
+def test_unknown_model_is_reported_with_the_server_message():
+    with FakeVLLM() as fake:
+        outcome = run_gate(settings(fake.url, model="qwen", requests=2, settle_seconds=0))
+    error = outcome.report["errors"][0]["error"]
+    assert "HTTP 404" in error and "The model `qwen` does not exist." in error
+    assert f"GET {fake.url}/v1/models" in error
+
+
+def test_alias_model_reads_the_metrics_of_the_served_name():
+    with FakeVLLM(aliases=("qwen-alias",)) as fake:
+        outcome = run_gate(settings(fake.url, model="qwen-alias"))
+    assert outcome.passed
+    assert (outcome.report["model"], outcome.report["metrics_model_name"]) == ("qwen-alias", "tiny")
+
+
+def test_server_without_speculative_decoding_fails_before_any_traffic():
+    with FakeVLLM(speculative=False) as fake, pytest.raises(GateError) as error:
+        run_gate(settings(fake.url))
+    assert str(error.value).startswith(
+        f"{fake.url}/metrics: no spec-decode counters: speculative decoding is not enabled on this server"
+    )
+    assert fake.requests == []
+
+
+def test_connection_refused_names_the_url_and_the_fix():
+    url = free_port_url()
+    with pytest.raises(GateError) as error:
+        run_gate(settings(url))
+    assert str(error.value) == (
+        f"connection refused by {url}/metrics: nothing listens there; start the vLLM service "
+        "(systemctl start vllm-<instance>) or set url to the address it serves on"
+    )
+
+
+def test_slow_completions_time_out_with_a_clear_reason():
+    with FakeVLLM(response_delay=1.0) as fake:
+        outcome = run_gate(settings(fake.url, timeout=0.2, requests=2, settle_seconds=0))
+    assert outcome.report["requests_failed"] == 2
+    assert outcome.report["errors"][0]["error"].startswith(f"no answer from {fake.url}/v1/completions within 0.2 s")
+    assert "raise timeout" in outcome.message
+
+
+def test_server_restart_during_the_gate_is_a_clear_error():
+    with FakeVLLM() as fake:
+        assert run_gate(settings(fake.url)).passed  # traffic before: the counters are well above 0
+        fake.restart_after = len(fake.requests) + 2
+        with pytest.raises(GateError, match=r"went down .* restarted"):
+            run_gate(settings(fake.url, requests=4))
+
+
+@pytest.fixture(scope="module")
+def self_signed_cert(tmp_path_factory):
+    pem = tmp_path_factory.mktemp("tls") / "server.pem"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-days",
+            "1",
+            "-keyout",
+            str(pem),
+            "-out",
+            str(pem),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return str(pem)
+
+
+def test_untrusted_tls_certificate_names_validate_certs(self_signed_cert):
+    with FakeVLLM(tls_cert=self_signed_cert) as fake, pytest.raises(GateError) as error:
+        run_gate(settings(fake.url))
+    assert fake.url.startswith("https://")
+    assert str(error.value).startswith(f"TLS certificate of {fake.url}/metrics not trusted")
+    assert str(error.value).endswith("set validate_certs: false")
+
+
+def test_validate_certs_false_accepts_a_self_signed_server(self_signed_cert):
+    with FakeVLLM(tls_cert=self_signed_cert) as fake:
+        outcome = run_gate(settings(fake.url, validate_certs=False, requests=4, min_drafts=1))
+    assert outcome.passed and outcome.report["requests_ok"] == 4
+
+
+def test_openai_base_url_is_accepted():
+    with FakeVLLM() as fake:
+        outcome = run_gate(settings(fake.url + "/v1/", requests=4, min_drafts=1))
+    assert outcome.passed and outcome.report["url"] == fake.url
+
+
+@pytest.mark.parametrize(
+    "overrides, problem",
+    [
+        ({"requests": 0}, "requests must be at least 1"),
+        ({"concurrency": 0}, "concurrency must be at least 1"),
+        ({"min_draft_acceptance_rate": 1.5}, "min_draft_acceptance_rate must be between 0 and 1"),
+        ({"min_mean_acceptance_length": 0.5}, "min_mean_acceptance_length must be at least 1"),
+        ({"model": ""}, "model is required"),
+        ({"prompts": ["ok", ""]}, "prompts must be non-empty strings"),
+        ({"url": "ftp://host/"}, "is not an http(s) URL"),
+    ],
+)
+def test_invalid_options_are_refused_before_any_traffic(overrides, problem):
+    values = {"url": free_port_url(), **overrides}
+    with pytest.raises(GateError) as error:
+        run_gate(settings(**values))
+    assert problem in str(error.value)
+
+
+def test_display_url_drops_credentials():
+    assert display_url("https://user:pw@gpu1:8000/v1") == "https://gpu1:8000/v1"
+
+
+# --------------------------------------------------------------------------------------------- verdicts
+
+
+def stats(drafts=100, length=3.0, low=2.8, high=3.2, rate=0.4):
+    return AcceptanceStats(
+        drafts, drafts * 7, round((length - 1) * drafts), length, (low, high), rate, (0.9, 0.6, 0.5), "prefix"
+    )
+
+
+@pytest.mark.parametrize(
+    "case, figures, failed, thresholds, reasons",
+    [
+        ("pass", stats(), 0, {}, []),
+        ("pass at the threshold", stats(length=2.0), 0, {}, []),
+        (
+            "failed requests",
+            stats(),
+            2,
+            {},
+            ["2 of 24 requests failed (most common: boom)"],
+        ),
+        (
+            "too few drafts",
+            stats(drafts=49),
+            0,
+            {},
+            ["not enough evidence: 49 drafts < min_drafts 50; raise requests/max_tokens"],
+        ),
+        (
+            "no drafts even with min_drafts 0",
+            AcceptanceStats(0, 0, 0, None, None, None, (), "none"),
+            0,
+            {"min_drafts": 0},
+            [
+                "not enough evidence: 0 drafts < min_drafts 1; raise requests/max_tokens (or check that the "
+                "drafter proposes tokens for these prompts)"
+            ],
+        ),
+        (
+            "low acceptance length",
+            stats(length=1.17, low=1.12, high=1.22),
+            0,
+            {},
+            [
+                "mean acceptance length 1.17 (95% CI 1.12-1.22) < min_mean_acceptance_length 2.00: the drafter's "
+                "proposals are mostly rejected; check the drafter matches the target and this vLLM build "
+                "(dflash_preflight, vllm_facts probes)"
+            ],
+        ),
+        ("rate not checked when unset", stats(rate=0.01), 0, {}, []),
+        (
+            "low rate",
+            stats(rate=0.2),
+            0,
+            {"min_draft_acceptance_rate": 0.25},
+            ["draft acceptance rate 0.200 < min_draft_acceptance_rate 0.250"],
+        ),
+        (
+            "failures and low length",
+            stats(length=1.5),
+            1,
+            {"min_mean_acceptance_length": 1.6},
+            ["1 of 24 requests failed (most common: boom)", "mean acceptance length 1.50"],
+        ),
+    ],
+)
+def test_verdict_table(case, figures, failed, thresholds, reasons):
+    errors = collections.Counter({"boom": failed} if failed else {})
+    found = evaluate(figures, 24, failed, errors, GateSettings(model="m", **thresholds))
+    assert len(found) == len(reasons), case
+    for got, expected in zip(found, reasons):
+        assert got.startswith(expected), case
+
+
+# ---------------------------------------------------------------------------------------------- reports
+
+
+@pytest.fixture(scope="module")
+def failed_report():
+    with FakeVLLM(accepted_pattern=(1, 0, 0, 2), api_key="k") as fake:
+        return run_gate(settings(fake.url, api_key="k", min_mean_acceptance_length=2.5)).report
+
+
+def test_markdown_report_has_verdict_figures_and_bars(failed_report):
+    text = render_markdown(failed_report)
+    assert text.startswith("# DFlash acceptance gate: FAILED\n")
+    assert f"- server: {failed_report['url']}\n" in text
+    assert re.search(r"\| mean acceptance length \| 1\.75 \(95% CI [\d.]+-[\d.]+\) \| >= 2\.50 \|", text)
+    assert "| drafts | " in text and "| failed requests | 0 of 24 | 0 |" in text
+    bars = re.findall(r"^pos (\d) (.{30}) (\d\.\d\d)$", text, re.M)
+    assert [(position, rate) for position, _cells, rate in bars] == [
+        ("0", "0.50"),
+        ("1", "0.25"),
+        ("2", "0.00"),
+        ("3", "0.00"),
+        ("4", "0.00"),
+        ("5", "0.00"),
+        ("6", "0.00"),
+    ]
+    assert bars[0][1] == "█" * 15 + " " * 15
+    assert "## Why it failed\n\n- mean acceptance length 1.75" in text
+
+
+@pytest.mark.parametrize(
+    "rate, expected",
+    [(0.0, " " * 30), (1.0, "█" * 30), (0.5, "█" * 15 + " " * 15), (0.51, "█" * 15 + "▎" + " " * 14), (1.7, "█" * 30)],
+)
+def test_bar(rate, expected):
+    assert _bar(rate) == expected
+
+
+@pytest.mark.parametrize(
+    "path, markdown",
+    [("/r/gate.json", "/r/gate.md"), ("/r/gate", "/r/gate.md"), ("/r/gate.txt", "/r/gate.txt.md")],
+)
+def test_report_paths(path, markdown):
+    assert report_paths(path) == (path, markdown)
+
+
+def test_write_reports_atomically_and_reports_changes(tmp_path, failed_report):
+    target = tmp_path / "new" / "dir" / "gate.json"
+    assert write_reports(failed_report, str(target)) is True
+    assert json.loads(target.read_text()) == failed_report
+    assert (tmp_path / "new" / "dir" / "gate.md").read_text() == render_markdown(failed_report)
+    for written in (target, tmp_path / "new" / "dir" / "gate.md"):
+        assert stat.S_IMODE(written.stat().st_mode) == 0o644
+    assert sorted(p.name for p in target.parent.iterdir()) == ["gate.json", "gate.md"]  # no temporary left
+    assert write_reports(failed_report, str(target)) is False
+    assert write_reports(dict(failed_report, finished_at="2099-01-01T00:00:00Z"), str(target)) is True
+
+
+def test_unwritable_report_path_names_the_fix(tmp_path, failed_report):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(GateError, match=r"cannot write the gate report to .*choose a writable report_path"):
+        write_reports(failed_report, str(blocker / "gate.json"))

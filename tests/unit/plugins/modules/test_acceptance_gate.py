@@ -1,0 +1,169 @@
+# Copyright (c) vllm_ops.dflash contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Run the module as Ansible does (a subprocess reading its args file) against a fake vLLM server."""
+
+from __future__ import annotations
+
+import http.client
+import importlib.util
+import json
+import os
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from ansible_collections.vllm_ops.dflash.plugins.modules import acceptance_gate
+
+ROOT = Path(__file__).resolve().parents[4]
+FIXTURES = ROOT / "tests" / "unit" / "fixtures" / "metrics"
+MODULE = "ansible_collections.vllm_ops.dflash.plugins.modules.acceptance_gate"
+
+
+def _load_fake():
+    spec = importlib.util.spec_from_file_location("fake_vllm", FIXTURES / "fake_vllm.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["fake_vllm"] = module
+    spec.loader.exec_module(module)
+    return module.FakeVLLM
+
+
+FakeVLLM = _load_fake()
+
+
+def run_module(tmp_path, check_mode=False, **args):
+    args_file = tmp_path / "args.json"
+    args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {**args, "_ansible_check_mode": check_mode}}))
+    env = dict(os.environ, PYTHONPATH=str(ROOT / ".cache" / "ac"))
+    done = subprocess.run(
+        [sys.executable, "-m", MODULE, str(args_file)], capture_output=True, text=True, env=env, timeout=60, check=False
+    )
+    return json.loads(done.stdout), done.stdout
+
+
+def test_passing_gate_returns_figures_facts_and_writes_reports(tmp_path):
+    report_path = tmp_path / "reports" / "gate.json"
+    with FakeVLLM(accepted_pattern=(3, 2, 4), api_key="top-secret-key") as fake:
+        result, raw = run_module(
+            tmp_path, url=fake.url, model="tiny", api_key="top-secret-key", report_path=str(report_path)
+        )
+    assert result.get("failed") is not True, result.get("msg")
+    assert result["passed"] is True and result["changed"] is True
+    assert result["mean_acceptance_length"] == pytest.approx(4.0)
+    assert result["per_position_acceptance"] == pytest.approx([1, 1, 2 / 3, 1 / 3, 0, 0, 0], abs=1e-6)
+    assert (result["requests_ok"], result["requests_failed"]) == (24, 0)
+    assert result["drafts"] == len(fake.drafts_accepted)
+    for name in acceptance_gate.FIGURES:
+        assert result[name] == result["report"][name]
+    assert result["ansible_facts"]["dflash_gate"] == result["report"]
+    assert json.loads(report_path.read_text()) == result["report"]
+    assert stat.S_IMODE((tmp_path / "reports" / "gate.md").stat().st_mode) == 0o644
+    assert "top-secret-key" not in raw
+    assert "top-secret-key" not in report_path.read_text()
+
+
+def test_failed_verdict_fails_with_msg_and_all_figures(tmp_path):
+    with FakeVLLM(accepted_pattern=(0,)) as fake:
+        result = run_module(tmp_path, url=fake.url, model="tiny", report_path=str(tmp_path / "gate.json"))[0]
+    assert result["failed"] is True and result["passed"] is False
+    assert "mean acceptance length 1.00 (95% CI 1.00-1.00) < min_mean_acceptance_length 2.00" in result["msg"]
+    assert result["mean_acceptance_length"] == 1.0 and result["drafts"] > 50
+    assert result["report"]["verdict"] == "fail"
+    assert "ansible_facts" not in result
+    assert (tmp_path / "gate.md").read_text().startswith("# DFlash acceptance gate: FAILED")
+
+
+def test_check_mode_sends_nothing(tmp_path):
+    with FakeVLLM() as fake:
+        result = run_module(tmp_path, check_mode=True, url=fake.url, model="tiny", report_path=str(tmp_path / "g"))[0]
+    assert result["skipped"] is True and result["changed"] is False and result["passed"] is None
+    assert (fake.requests, fake.metrics_scrapes) == ([], 0)
+    assert list(tmp_path.iterdir()) == [tmp_path / "args.json"]
+
+
+def test_unreachable_server_fails_with_the_url_and_the_fix(tmp_path):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    result = run_module(tmp_path, url=url, model="tiny", timeout=5)[0]
+    assert result["failed"] is True and result["passed"] is False
+    assert result["msg"].startswith(f"connection refused by {url}/metrics")
+    assert "start the vLLM service" in result["msg"]
+
+
+def test_argument_spec_matches_the_documentation():
+    options = yaml.safe_load(acceptance_gate.DOCUMENTATION)["options"]
+    assert set(options) == set(acceptance_gate.ARGUMENT_SPEC)
+    for name, spec in acceptance_gate.ARGUMENT_SPEC.items():
+        documented = options[name]
+        assert documented["type"] == spec["type"], name
+        assert documented.get("default") == spec.get("default"), name
+        assert documented.get("required", False) == spec.get("required", False), name
+        assert documented.get("elements") == spec.get("elements"), name
+    assert acceptance_gate.ARGUMENT_SPEC["api_key"]["no_log"] is True
+    returned = yaml.safe_load(acceptance_gate.RETURN)
+    assert set(acceptance_gate.FIGURES) | {"passed", "report"} <= set(returned)
+
+
+ENGINE_SOURCE = ROOT / "tests" / "fixtures" / "engine"
+
+
+@pytest.fixture
+def fixture_engine(tmp_path):
+    """`vllm serve` of the fixture engine (branch `engine`), run from a copy of its source tree."""
+    if not (ENGINE_SOURCE / "vllm" / "entrypoints" / "cli" / "main.py").exists():
+        pytest.skip("the fixture engine (tests/fixtures/engine) is not in this checkout")
+    source = tmp_path / "engine"
+    shutil.copytree(ENGINE_SOURCE, source, ignore=shutil.ignore_patterns("__pycache__", "*.so", "build"))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    speculative = {
+        "method": "dflash",
+        "model": "z-lab/tiny-DFlash",
+        "num_speculative_tokens": 7,
+        "rejection_sample_method": "synthetic",
+        "synthetic_acceptance_length": 3.0,
+    }
+    command = [sys.executable, "-W", "ignore", "-m", "vllm.entrypoints.cli.main", "serve", "tiny"]
+    command += ["--host", "127.0.0.1", "--port", str(port), "--api-key", "engine-key"]
+    command += ["--speculative-config", json.dumps(speculative)]
+    env = dict(os.environ, PYTHONPATH=str(source), VLLM_FIXTURE_STEP_DELAY_S="0")
+    with subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) as server:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 20
+        while True:
+            health = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
+            try:
+                health.request("GET", "/health")
+                if health.getresponse().status == 200:
+                    break
+            except (OSError, http.client.HTTPException):
+                if server.poll() is not None or time.monotonic() > deadline:
+                    server.kill()
+                    pytest.fail(f"the fixture engine did not start: {server.stderr.read()[-2000:]}")
+                time.sleep(0.1)
+            finally:
+                health.close()
+        try:
+            yield url
+        finally:
+            server.terminate()
+            server.wait(timeout=10)
+
+
+@pytest.mark.engine
+def test_gate_against_the_fixture_engine(tmp_path, fixture_engine):
+    result = run_module(tmp_path, url=fixture_engine, model="tiny", api_key="engine-key", max_tokens=64)[0]
+    assert result.get("failed") is not True, result.get("msg")
+    # synthetic_acceptance_length 3.0 with 7 tokens: vLLM 0.26.0 printed exactly this on an H200
+    assert result["mean_acceptance_length"] == pytest.approx(3.0)
+    assert result["mean_acceptance_length_ci95"] == pytest.approx([3.0, 3.0])
+    assert result["per_position_acceptance"] == pytest.approx([1, 1, 0, 0, 0, 0, 0])
+    assert result["draft_acceptance_rate"] == pytest.approx(2 / 7)
+    assert result["drafts"] == 24 * 21  # ceil((64 - 1) / 3) drafts per request

@@ -299,7 +299,7 @@ class _Session:
         item.update({key: value for key, value in extra.items() if value is not None})
         self.state["history"].append(item)
 
-    def switch_to(self, name: str, action: str, keep_good: bool) -> None:
+    def switch_to(self, name: str, action: str, keep_good: bool, reason: Optional[str]) -> None:
         self.affected = name
         old = self.state["current"]
         if name == old:
@@ -312,17 +312,17 @@ class _Session:
             entry["status"] = "active"
         entry["activated_at"] = utc_now()
         self.link_target = name
-        self.record(action, name, **{"from": old})
+        self.record(action, name, reason=reason or None, **{"from": old})
 
-    def activate(self, spec: Optional[str]) -> None:
+    def activate(self, spec: Optional[str], reason: Optional[str]) -> None:
         if not spec:
             raise ReleaseError("action=activate needs release (a release directory, name, or commit prefix)")
-        self.switch_to(self.resolve(spec, require_complete=True), "activate", keep_good=False)
+        self.switch_to(self.resolve(spec, require_complete=True), "activate", False, reason)
 
-    def rollback(self, spec: Optional[str]) -> None:
+    def rollback(self, spec: Optional[str], reason: Optional[str]) -> None:
         target = self.resolve(spec, require_complete=True) if spec else self.rollback_target()
         # A release that passed its gate before stays `good`: going back to it is the point.
-        self.switch_to(target, "rollback", keep_good=True)
+        self.switch_to(target, "rollback", True, reason)
 
     def rollback_target(self) -> str:
         current = self.state["current"]
@@ -461,9 +461,9 @@ def apply_action(
         raise ReleaseError(f"unknown action {action!r}; use one of {', '.join(ACTIONS)}")
     session = _Session(root)
     if action == "activate":
-        session.activate(release)
+        session.activate(release, reason)
     elif action == "rollback":
-        session.rollback(release)
+        session.rollback(release, reason)
     elif action == "prune":
         session.prune(keep_releases)
     elif action == "mark_good":

@@ -236,7 +236,7 @@ def test_rollback_goes_to_previous_and_keeps_good_status(host):
     act(host, "activate", release=name_of(1))
     act(host, "mark_good", details={"mean_acceptance_length": 6.0})
     act(host, "activate", release=name_of(2))
-    result = act(host, "rollback")
+    result = act(host, "rollback", reason="gate failed: mean acceptance length 1.17")
     assert (result["current"], result["previous"]) == (name_of(1), name_of(2))
     assert os.readlink(host / "current") == os.path.join("releases", name_of(1))
     state = state_of(host)
@@ -244,6 +244,7 @@ def test_rollback_goes_to_previous_and_keeps_good_status(host):
     assert state["releases"][name_of(2)]["status"] == "active"  # rollback marks nothing failed by itself
     assert state["history"][-1]["action"] == "rollback"
     assert state["history"][-1]["from"] == name_of(2)
+    assert state["history"][-1]["reason"] == "gate failed: mean acceptance length 1.17"
 
 
 def test_rollback_skips_failed_and_missing_releases(host):

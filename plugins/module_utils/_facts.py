@@ -29,6 +29,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._version import (
     VersionError,
     commit_matches,
     parse_version,
+    same_commit,
 )
 
 __all__ = [
@@ -341,15 +342,20 @@ def _probe_venv(python: str, timeout: float) -> Dict[str, Any]:
         options["skip"] = [item["path"] for item in extensions.values()]
 
 
-def _read_version_file(package_dir: str) -> Optional[str]:
-    """`__version__` from the generated vllm/_version.py, read as text (never imported)."""
+def _read_version_file(package_dir: str) -> Tuple[Optional[str], Optional[str]]:
+    """(`__version__`, hex of `__commit_id__`) from the generated vllm/_version.py, read as text.
+
+    setuptools-scm / vcs-versioning write `__commit_id__ = commit_id = 'gffd46bfab'` even for a tagged
+    release whose version (`0.26.0`) carries no hash.
+    """
     try:
         with open(os.path.join(package_dir, "_version.py"), encoding="utf-8") as handle:
             text = handle.read()
     except OSError:
-        return None
-    match = re.search(r"^__version__\s*=\s*(?:version\s*=\s*)?['\"]([^'\"]+)['\"]", text, re.MULTILINE)
-    return match.group(1) if match else None
+        return None, None
+    version = re.search(r"^__version__\s*=\s*(?:version\s*=\s*)?['\"]([^'\"]+)['\"]", text, re.MULTILINE)
+    commit = re.search(r"^__commit_id__\s*=\s*(?:commit_id\s*=\s*)?['\"]g?([0-9a-fA-F]{7,40})['\"]", text, re.MULTILINE)
+    return (version.group(1) if version else None), (commit.group(1).lower() if commit else None)
 
 
 def _run_probes(package_dir: str, probes: List[_Probe]) -> Tuple[Dict[str, bool], Dict[str, str]]:
@@ -450,10 +456,11 @@ def gather_facts(
     release = os.path.dirname(os.path.realpath(venv))
     manifest = _read_manifest(release, warnings)
     metadata = env.get("metadata") or {}
+    file_version, scm_commit_prefix = _read_version_file(package_dir)
     version = metadata.get("version")
     version_source = "metadata" if version else None
     if not version:
-        version = _read_version_file(package_dir)
+        version = file_version
         version_source = "_version.py" if version else None
         warnings.append(f"no vllm distribution metadata in {venv} ({metadata.get('error')}); version read from files")
 
@@ -465,9 +472,12 @@ def gather_facts(
             warnings.append(str(exc))
     commit = _commit_facts(metadata.get("direct_url"), manifest, warnings)
     matches = None
-    if parsed_version is not None and commit["commit"]:
+    if commit["commit"]:
         try:
-            matches = commit_matches(parsed_version, commit["commit"])
+            if parsed_version is not None and parsed_version.commit_prefix:
+                matches = commit_matches(parsed_version, commit["commit"])
+            elif scm_commit_prefix:
+                matches = same_commit(scm_commit_prefix, commit["commit"])
         except VersionError as exc:
             warnings.append(str(exc))
 
@@ -486,6 +496,7 @@ def gather_facts(
         "version": version,
         "version_source": version_source,
         "version_info": parsed_version.as_dict() if parsed_version else None,
+        "scm_commit_prefix": scm_commit_prefix,
         "commit_matches_version": matches,
         "torch_version": torch.get("version"),
         "cuda_version": torch.get("cuda"),

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, NamedTuple, Optional, Tuple, Union
 
-__all__ = ["VersionError", "VllmVersion", "commit_matches", "parse_version"]
+__all__ = ["VersionError", "VllmVersion", "commit_matches", "parse_version", "same_commit"]
 
 # The canonical grammar of PEP 440 (Appendix B), case-insensitive, surrounding whitespace allowed.
 _PEP440 = re.compile(
@@ -141,16 +141,25 @@ def parse_version(text: str) -> VllmVersion:
     )
 
 
+def same_commit(prefix: str, commit: str) -> bool:
+    """Whether two SHAs, full or abbreviated (at least 7 hex digits each), name the same commit."""
+    shas = []
+    for sha in (prefix, commit):
+        text = sha.strip().lower() if isinstance(sha, str) else ""
+        if not _HEX.match(text) or len(text) < 7:
+            raise VersionError(f"commit {sha!r} is not a git SHA of at least 7 hex digits; pass the 40-hex commit id")
+        shas.append(text)
+    shorter = min(len(shas[0]), len(shas[1]))
+    return shas[0][:shorter] == shas[1][:shorter]
+
+
 def commit_matches(version: Union[str, VllmVersion], commit: str) -> Optional[bool]:
     """Whether the `g<hash>` in `version` is a prefix of `commit` (a full or abbreviated SHA).
 
     None when the version carries no hash (a tagged release such as `0.26.0` proves nothing either way).
     """
     parsed = version if isinstance(version, VllmVersion) else parse_version(version)
-    sha = commit.strip().lower() if isinstance(commit, str) else ""
-    if not _HEX.match(sha) or len(sha) < 7:
-        raise VersionError(f"commit {commit!r} is not a git SHA of at least 7 hex digits; pass the 40-hex commit id")
     if parsed.commit_prefix is None:
+        same_commit(commit, commit)  # still reject a malformed commit
         return None
-    shorter = min(len(sha), len(parsed.commit_prefix))
-    return sha[:shorter] == parsed.commit_prefix[:shorter]
+    return same_commit(parsed.commit_prefix, commit)

@@ -150,8 +150,16 @@ ansible_facts:
           description: The ref that was asked for (C(vcs_info.requested_revision), or the manifest's C(requested_ref)).
           type: str
           sample: main
+        scm_commit_prefix:
+          description:
+            - The abbreviated commit of C(__commit_id__) in C(vllm/_version.py) (written by setuptools-scm /
+              vcs-versioning, also for a tagged release such as C(0.26.0) whose version has no hash); V(null) when absent.
+          type: str
+          sample: ffd46bfab
         commit_matches_version:
-          description: Whether the version's C(g<hash>) is a prefix of C(commit); V(null) when either is absent.
+          description:
+            - Whether C(commit) starts with the version's C(g<hash>), or without one with RV(ansible_facts.vllm.scm_commit_prefix).
+            - V(null) when there is nothing to compare.
           type: bool
         source_url:
           description: The URL of C(direct_url.json), credentials removed.

@@ -105,6 +105,7 @@ def install_fake_vllm(
     version=VERSION,
     metadata=True,
     torch="2.9.0+cu130",
+    commit_id=None,
 ):
     """A `vllm` package whose __init__ must never run, with real .so files and optional fake torch."""
     site = site_packages(venv)
@@ -115,7 +116,12 @@ def install_fake_vllm(
         "import os\nopen(os.path.join(os.path.dirname(__file__), 'INIT_RAN'), 'w').close()\n"
         "raise RuntimeError('vllm/__init__.py must not run during fact gathering')\n"
     )
-    (package / "_version.py").write_text(f"__version__ = version = {version!r}\n")
+    # As vcs-versioning generates it (vLLM 0.26.0 wheel), annotations included.
+    (package / "_version.py").write_text(
+        "from __future__ import annotations\n__version__: str\ncommit_id: str | None\n"
+        f"__version__ = version = {version!r}\n__version_tuple__ = version_tuple = (0, 1)\n\n"
+        f"__commit_id__ = commit_id = {commit_id!r}\n"
+    )
     (package / "model_executor" / "models" / "qwen3_dflash.py").write_text(
         "def _resolve_layer_attention(config):\n    return config.layer_types\n"
     )
@@ -238,14 +244,33 @@ def test_required_alternatives_and_missing_items(venv, builder):
     assert custom["facts"]["missing_extensions"] == []
 
 
+# direct_url.json of the vLLM 0.26.0 wheel installed from a file (shared/fixtures/vllm-0.26.0-h200).
+WHEEL_SHA256 = "adb1e4c9b46d0dfdb094121ae5aad670a42412dd813ed4e5db069ed6a15006de"
+ARCHIVE_DIRECT_URL = {
+    "archive_info": {"hash": f"sha256={WHEEL_SHA256}", "hashes": {"sha256": WHEEL_SHA256}},
+    "url": "file:///wheels/vllm-0.26.0-cp38-abi3-manylinux_2_28_x86_64.whl",
+}
+
+
 def test_archive_install_takes_the_commit_from_the_release_manifest(tmp_path, builder):
     root = tmp_path / "root"
     venv = make_release(root, manifest={"schema": 1, "commit": COMMIT, "requested_ref": "refs/pull/40898/head"})
-    archive = {"url": "file:///opt/vllm/wheels/x/vllm.whl", "archive_info": {"hash": "sha256=00"}}
-    install_fake_vllm(venv, builder, direct_url=archive)
+    install_fake_vllm(venv, builder, direct_url=ARCHIVE_DIRECT_URL)
     facts = gather_facts(root=str(root), timeout=60)["facts"]
     assert (facts["commit"], facts["commit_source"]) == (COMMIT, "manifest")
     assert facts["requested_revision"] == "refs/pull/40898/head"
+    assert facts["source_url"] == ARCHIVE_DIRECT_URL["url"]
+
+
+@pytest.mark.parametrize(("manifest_commit", "expected"), [(COMMIT, True), ("ffd46bfab" + "0" * 31, False)])
+def test_tagged_release_is_checked_against_the_commit_id_of_version_file(tmp_path, builder, manifest_commit, expected):
+    root = tmp_path / "root"
+    venv = make_release(root, manifest={"schema": 1, "commit": manifest_commit})
+    install_fake_vllm(venv, builder, version="0.26.0", commit_id="g3cfc8f8b7", direct_url=ARCHIVE_DIRECT_URL)
+    facts = gather_facts(root=str(root), timeout=60)["facts"]
+    assert facts["version_info"]["commit_prefix"] is None
+    assert facts["scm_commit_prefix"] == "3cfc8f8b7"
+    assert facts["commit_matches_version"] is expected
 
 
 def test_no_commit_anywhere(venv, builder):
@@ -255,6 +280,7 @@ def test_no_commit_anywhere(venv, builder):
     assert facts["manifest"] is None
     assert facts["commit_matches_version"] is None
     assert facts["version_info"]["commit_prefix"] is None
+    assert facts["scm_commit_prefix"] is None
 
 
 def test_venv_changed_after_build_is_a_warning(tmp_path, builder):

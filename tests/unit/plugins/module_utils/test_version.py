@@ -7,6 +7,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._version import (
     VersionError,
     commit_matches,
     parse_version,
+    same_commit,
 )
 from packaging.version import Version
 
@@ -110,3 +111,11 @@ def test_commit_matches(version, commit, expected):
 def test_commit_matches_rejects_bad_commit(commit):
     with pytest.raises(VersionError, match="at least 7 hex"):
         commit_matches("0.1.dev1+g3cfc8f8b7", commit)
+
+
+def test_same_commit():
+    assert same_commit("ffd46bfab", "FFD46BFAB" + "0" * 31) is True
+    assert same_commit(SHA, SHA[:7]) is True
+    assert same_commit("ffd46bfab", SHA) is False
+    with pytest.raises(VersionError, match="at least 7 hex"):
+        same_commit("ffd46", SHA)

@@ -152,13 +152,15 @@ ansible_facts:
           sample: main
         scm_commit_prefix:
           description:
-            - The abbreviated commit of C(__commit_id__) in C(vllm/_version.py) (written by setuptools-scm /
-              vcs-versioning, also for a tagged release such as C(0.26.0) whose version has no hash); V(null) when absent.
+            - The abbreviated commit of C(__commit_id__) in C(vllm/_version.py), written by setuptools-scm /
+              vcs-versioning also for a tagged release such as C(0.26.0) whose version has no hash.
+            - V(null) when absent.
           type: str
           sample: ffd46bfab
         commit_matches_version:
           description:
-            - Whether C(commit) starts with the version's C(g<hash>), or without one with RV(ansible_facts.vllm.scm_commit_prefix).
+            - Whether C(commit) starts with the version's C(g<hash>), or, when the version has none, with
+              RV(ansible_facts.vllm.scm_commit_prefix).
             - V(null) when there is nothing to compare.
           type: bool
         source_url:

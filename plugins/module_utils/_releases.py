@@ -18,7 +18,7 @@ import os
 import re
 import shutil
 import uuid
-from typing import Any, Dict, Iterator, List, NamedTuple, Optional
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence
 
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import read_json, utc_now, write_json_atomic
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._lock import LOCK_NAME, LockTimeout, host_lock
@@ -356,18 +356,21 @@ class _Session:
             self.state["releases"][name] = updated
             self.record(f"mark_{status}", name, reason=reason or None)
 
-    def prune(self, keep: int) -> None:
+    def prune(self, keep: int, protect: Sequence[str]) -> None:
         if keep < 0:
             raise ReleaseError(f"keep_releases must be 0 or more, got {keep}")
-        protected = {self.state["current"], self.state["previous"]}
+        protected = {self.state["current"], self.state["previous"], *protect}
         complete = [name for name in self.ordered_names() if self.exists(name)]
-        for name in complete[keep:]:
+        # Under the host lock no build is running, so a directory without a manifest is the debris of
+        # an interrupted one.
+        debris = sorted(name for name, disk in self.disk.items() if not disk.complete)
+        for name in complete[keep:] + debris:
             if name in protected:
                 continue
             self.remove.append(name)
             self.pruned.append(name)
-            del self.state["releases"][name]
-            self.record("prune", name)
+            if self.state["releases"].pop(name, None) is not None:
+                self.record("prune", name)
         for name in list(self.state["releases"]):
             if name not in protected and name not in self.disk:
                 self.forgotten.append(name)
@@ -377,7 +380,7 @@ class _Session:
     # ---- effects ----------------------------------------------------------------------------
     @property
     def changed(self) -> bool:
-        return self.state != self.before
+        return self.state != self.before or bool(self.remove)
 
     def execute(self) -> None:
         if self.link_target is not None:
@@ -431,7 +434,7 @@ class _Session:
             "history": self.state["history"],
             "pruned": self.pruned,
             "forgotten": self.forgotten,
-            "incomplete": sorted(name for name, disk in self.disk.items() if not disk.complete),
+            "incomplete": sorted(n for n, disk in self.disk.items() if not disk.complete and n not in self.remove),
             "diff": self.diff(),
             "warnings": self.warnings,
         }
@@ -454,9 +457,11 @@ def apply_action(
     reason: Optional[str] = None,
     details: Optional[Dict[str, Any]] = None,
     check_mode: bool = False,
+    protect: Sequence[str] = (),
 ) -> Dict[str, Any]:
     """Run `action` on `root` WITHOUT taking the host lock (for callers that already hold it, e.g. a
-    build that prunes). In check mode nothing is written; the result predicts the change."""
+    build that prunes, protecting the release it just made). In check mode nothing is written; the
+    result predicts the change. `protect` names releases that prune never removes."""
     if action not in ACTIONS:
         raise ReleaseError(f"unknown action {action!r}; use one of {', '.join(ACTIONS)}")
     session = _Session(root)
@@ -465,7 +470,7 @@ def apply_action(
     elif action == "rollback":
         session.rollback(release, reason)
     elif action == "prune":
-        session.prune(keep_releases)
+        session.prune(keep_releases, protect)
     elif action == "mark_good":
         session.mark(release, "good", reason, details)
     elif action == "mark_failed":
@@ -499,8 +504,9 @@ def run_action(
     details: Optional[Dict[str, Any]] = None,
     check_mode: bool = False,
     lock_timeout: float = 600.0,
+    protect: Sequence[str] = (),
 ) -> Dict[str, Any]:
     """`apply_action` under the host lock (`<root>/.lock`)."""
     read_only = check_mode or action == "status" or not os.path.isdir(root)
     with _lock_for(root, read_only, lock_timeout):
-        return apply_action(root, action, release, keep_releases, reason, details, check_mode)
+        return apply_action(root, action, release, keep_releases, reason, details, check_mode, protect)

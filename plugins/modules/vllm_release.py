@@ -51,8 +51,9 @@ options:
         failed by itself; run O(action=mark_failed) first to keep a bad release out of later rollbacks.
       - V(prune) deletes all but the O(keep_releases) newest releases (by creation order in C(state.json),
         never file times) with their C(wheels/<name>) directories. The current and previous releases are
-        always kept, on top of O(keep_releases). Directories without C(manifest.json) (unfinished builds)
-        are left alone. History entries of releases whose directory is already gone are dropped.
+        always kept, on top of O(keep_releases). Directories without C(manifest.json) are debris of
+        interrupted builds (no build runs while the host lock is held) and are removed too. Entries of
+        releases whose directory is already gone are dropped from C(state.json).
       - V(mark_good) and V(mark_failed) set the status of O(release) (default the current release),
         store O(reason), and store O(details) as the release's C(gate) record. Marking the current
         release failed does not move C(current); use O(action=rollback) for that.
@@ -198,7 +199,9 @@ history:
   sample:
     - {at: "2026-11-29T20:05:00Z", action: activate, release: 3cfc8f8b7a1b-1a2b3c4d, from: b0b2f27da0c4-9f8e7d6c}
 pruned:
-  description: Releases whose directory (and wheels) O(action=prune) removed, or would remove in check mode.
+  description:
+    - Releases whose directory (and wheels) O(action=prune) removed, or would remove in check mode,
+      unfinished builds included.
   returned: always
   type: list
   elements: str
@@ -208,7 +211,9 @@ forgotten:
   type: list
   elements: str
 incomplete:
-  description: Directories under C(releases/) without C(manifest.json) (unfinished builds); never activated or pruned.
+  description:
+    - Directories under C(releases/) without C(manifest.json) (unfinished builds) left after the action.
+      They are never activated; O(action=prune) removes them.
   returned: always
   type: list
   elements: str

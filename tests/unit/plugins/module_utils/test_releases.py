@@ -187,7 +187,6 @@ def test_activate_rejects_incomplete_release(host):
     make_release(host, "0123456789ab-halfdone", "0" * 40, None, complete=False)
     with pytest.raises(ReleaseError, match=r"has no manifest.json: its build did not finish"):
         act(host, "activate", release="0123456789ab-halfdone")
-    assert act(host, "status")["incomplete"] == ["0123456789ab-halfdone"]
 
 
 def test_activate_rejects_corrupt_manifest(host):
@@ -341,16 +340,40 @@ def test_prune_zero_keeps_only_current_and_previous(host):
     assert sorted(os.listdir(host / "releases")) == sorted([name_of(4), name_of(1)])
 
 
-def test_prune_keeps_incomplete_directories_and_forgets_vanished_ones(host):
+def test_prune_removes_unfinished_builds_and_forgets_vanished_ones(host):
     act(host, "activate", release=name_of(4))
     make_release(host, "0123456789ab-halfdone", "0" * 40, None, complete=False)
     shutil.rmtree(host / "releases" / name_of(1))
+    assert act(host, "status")["incomplete"] == ["0123456789ab-halfdone"]
     result = act(host, "prune", keep_releases=3)
+    assert result["pruned"] == ["0123456789ab-halfdone"]
+    assert result["incomplete"] == []
     assert result["forgotten"] == [name_of(1)]
-    assert result["pruned"] == []
-    assert (host / "releases" / "0123456789ab-halfdone").is_dir()
+    assert not (host / "releases" / "0123456789ab-halfdone").exists()
+    assert not (host / "wheels" / "0123456789ab-halfdone").exists()
     assert not (host / "wheels" / name_of(1)).exists()
     assert name_of(1) not in state_of(host)["releases"]
+    assert sorted(os.listdir(host / "releases")) == sorted(name_of(i) for i in (2, 3, 4))
+
+
+def test_prune_never_removes_protected_releases(host):
+    """A build holding the lock prunes with its new release protected, even an unfinished one."""
+    make_release(host, "0123456789ab-building", "0" * 40, None, complete=False)
+    with host_lock(str(host), 5):
+        result = apply_action(str(host), "prune", keep_releases=0, protect=[name_of(1), "0123456789ab-building"])
+    assert result["pruned"] == [name_of(4), name_of(3), name_of(2)]
+    assert sorted(os.listdir(host / "releases")) == sorted([name_of(1), "0123456789ab-building"])
+
+
+def test_prune_of_only_debris_is_a_change(host):
+    act(host, "activate", release=name_of(1))
+    act(host, "prune", keep_releases=5)
+    (host / "releases" / "0123456789ab-halfdone").mkdir()
+    before = snapshot(host)
+    assert act(host, "prune", keep_releases=5, check_mode=True)["changed"] is True
+    assert snapshot(host) == before
+    assert act(host, "prune", keep_releases=5)["changed"] is True
+    assert not (host / "releases" / "0123456789ab-halfdone").exists()
 
 
 def test_prune_rejects_negative_keep(host):

@@ -9,6 +9,7 @@ tests/unit/plugins/modules/test_vllm_facts.py.
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
 import os
 import shutil
@@ -415,3 +416,54 @@ def test_probe_runs_on_python38(tmp_path, builder):
     assert facts["extensions"]["vllm._C"]["ok"] is True
     assert "undefined symbol" in facts["extensions"]["vllm.cumem_allocator"]["error"]
     assert facts["probes"] == {"dflash_sliding_window": True}
+
+
+CHECKOUT = Path(__file__).resolve().parents[4]
+ENGINE_HELPER = CHECKOUT / "tests" / "helpers" / "engine_repo.py"
+
+
+@pytest.mark.engine
+@pytest.mark.skipif(not ENGINE_HELPER.is_file(), reason="needs the fixture engine (tests/helpers/engine_repo.py)")
+@pytest.mark.parametrize(
+    ("ref", "missing", "probes_found"),
+    [
+        ("main", [], True),
+        ("fault/missing-so", ["vllm._moe_C|vllm._moe_C_stable_libtorch"], True),
+        ("fault/no-probe", [], False),
+    ],
+)
+def test_fixture_engine_installed_from_git(tmp_path, ref, missing, probes_found):
+    """The fixture engine, pip-installed from a git URL as vllm_build does: real setuptools-scm version,
+    PEP 610 direct_url.json and compiled extensions."""
+    spec = importlib.util.spec_from_file_location("engine_repo", ENGINE_HELPER)
+    assert spec is not None and spec.loader is not None
+    engine_repo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(engine_repo)
+    refs = engine_repo.create_engine_repo(tmp_path / "engine")
+    venv = make_venv(tmp_path / "venv")
+    # The build backend (setuptools, setuptools-scm) comes from the test runner's environment.
+    runner_site = python_paths(sys.executable)["purelib"]
+    (site_packages(venv) / "runner.pth").write_text(runner_site + "\n")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q", "--no-deps",
+         "--no-build-isolation", "--no-index", f"git+file://{tmp_path / 'engine'}@{ref}"],
+        check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+    probes = [
+        {"name": "aux_layer_offset", "path": engine_repo.EAGLE3_UTILS[5:], "pattern": r"layer_ids = \[i \+ 1 for i in"},
+        {
+            "name": "sliding_window",
+            "path": "model_executor/models/qwen3_dflash.py",
+            "pattern": r"def _resolve_layer_attention",
+        },
+    ]
+    facts = gather_facts(venv=str(venv), probes=probes, timeout=120)["facts"]
+    commit = refs[f"refs/heads/{ref}"]
+    assert facts["version"] == engine_repo.scm_version(tmp_path / "engine", commit)
+    assert (facts["commit"], facts["commit_source"], facts["requested_revision"]) == (commit, "direct_url", ref)
+    assert facts["commit_matches_version"] is True
+    assert facts["missing_extensions"] == missing
+    assert facts["broken_extensions"] == []
+    assert facts["extensions"]["vllm._C"]["ok"] is True
+    assert facts["probes"] == {"aux_layer_offset": probes_found, "sliding_window": probes_found}
+    assert facts["probe_errors"] == {}

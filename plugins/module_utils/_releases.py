@@ -144,7 +144,8 @@ def _read_current_link(layout: _Layout) -> Optional[str]:
         )
     target = os.readlink(layout.current)
     absolute = os.path.normpath(os.path.join(layout.root, target))
-    if os.path.dirname(absolute) != layout.releases:
+    parent = os.path.dirname(absolute)
+    if parent != layout.releases and os.path.realpath(parent) != os.path.realpath(layout.releases):
         raise ReleaseError(
             f"{layout.current} points to {target}, which is not a directory directly under {layout.releases}; "
             "remove the link and activate a release with action=activate"

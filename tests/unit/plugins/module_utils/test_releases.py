@@ -445,6 +445,16 @@ def test_current_that_is_not_a_link_is_refused(host):
         act(host, "activate", release=name_of(1))
 
 
+def test_root_reached_through_a_symlink(host, tmp_path):
+    os.symlink(str(host / "releases" / name_of(2)), host / "current")  # absolute, as older tools wrote it
+    alias = tmp_path / "alias"
+    os.symlink(str(host), alias)
+    assert act(alias, "status")["current"] == name_of(2)
+    act(alias, "activate", release=name_of(3))
+    assert os.readlink(host / "current") == os.path.join("releases", name_of(3))
+    assert act(alias, "status")["previous"] == name_of(2)
+
+
 def test_current_pointing_elsewhere_is_refused(host, tmp_path):
     os.symlink(str(tmp_path), host / "current")
     with pytest.raises(ReleaseError, match="not a directory directly under"):

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Copyright (c) vllm_ops.dflash contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Turn the fixture engine's source (tests/fixtures/engine, TEST EQUIPMENT standing in for vLLM) into a
@@ -114,6 +113,7 @@ def git(
         capture_output=True,
         text=True,
         env=env,
+        check=False,
     )
     if result.returncode != 0:
         raise EngineRepoError(f"git {' '.join(args)} failed in {repo}: {result.stderr.strip()}")
@@ -133,7 +133,7 @@ def source_files(source: Path) -> List[str]:
 
 
 def _stage_of(path: str) -> int:
-    for index, (_, prefixes) in enumerate(MAIN_STAGES):
+    for index, (_message, prefixes) in enumerate(MAIN_STAGES):
         if any(path.startswith(prefix) for prefix in prefixes):
             return index
     return 0
@@ -175,7 +175,7 @@ def _populate(work: Path, source: Path) -> None:
     git(work, "symbolic-ref", "HEAD", "refs/heads/main")
     b = _Builder(work)
     files = source_files(source)
-    for index, (message, _) in enumerate(MAIN_STAGES):
+    for index, (message, _prefixes) in enumerate(MAIN_STAGES):
         for rel in files:
             if _stage_of(rel) == index:
                 b.write(rel, (source / rel).read_text(encoding="utf-8"))

@@ -1,0 +1,102 @@
+# Copyright (c) vllm_ops.dflash contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Small shared helpers: atomic JSON files, UTC timestamps, file hashes, URL redaction.
+
+Standard library only: this runs on the target host's system Python (3.8+).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import hashlib
+import json
+import os
+import re
+import tempfile
+from typing import Any
+
+__all__ = ["read_json", "redact_url", "sha256_file", "utc_now", "write_json_atomic"]
+
+# scheme://user[:password]@host...  -> the userinfo part is a secret (tokens travel there).
+_URL_USERINFO = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^@/?#]*)@")
+
+
+def write_json_atomic(path: str, data: Any) -> None:
+    """Write `data` as JSON to `path` so that readers see the old file or the new one, never a half.
+
+    The temporary file lives in the same directory (rename is atomic only within one file system)
+    and is fsynced before the rename so a power loss cannot leave an empty file behind.
+    """
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(data, handle, indent=2, sort_keys=True)
+            handle.write("\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    try:
+        dir_fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        with contextlib.suppress(OSError):  # some file systems refuse fsync on a directory
+            os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def read_json(path: str, default: Any = None) -> Any:
+    """Return the parsed JSON of `path`, or `default` when the file does not exist.
+
+    A file that exists but is not valid JSON raises ValueError naming the file: silently treating a
+    corrupt state file as empty would lose the release history.
+    """
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except FileNotFoundError:
+        return default
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"{path} is not valid JSON ({exc}); fix or remove the file") from exc
+
+
+def utc_now() -> str:
+    """Current UTC time as `YYYY-MM-DDTHH:MM:SSZ` (the timestamp format of manifest.json and state.json)."""
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def sha256_file(path: str) -> str:
+    """Hex sha256 of a file's content, read in chunks (wheels can be hundreds of MB)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1024 * 1024), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def redact_url(url: str) -> str:
+    """`url` with any user/password/token removed from its authority part.
+
+    `https://user:token@host/x.git` -> `https://host/x.git`. scp-like ssh addresses (`git@host:x.git`)
+    local paths and an ssh user name without a password (`ssh://git@host/x.git`) carry no secret and
+    are returned unchanged.
+    """
+
+    def strip(match: re.Match) -> str:
+        scheme, userinfo = match.group("scheme"), match.group("userinfo")
+        if "ssh" in scheme.lower() and ":" not in userinfo:
+            return match.group(0)
+        return scheme
+
+    return _URL_USERINFO.sub(strip, url)

@@ -1,0 +1,511 @@
+# Copyright (c) vllm_ops.dflash contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What is installed in a release venv: vLLM's version and commit, its compiled extensions, probes.
+
+vLLM is never imported into this interpreter (the target's system Python). A probe script runs in the
+venv's own python: it finds the `vllm` package without executing `vllm/__init__.py`, reads the
+distribution metadata, imports torch, then loads every `vllm/**/*.so` by file path and reports each
+result as one line of a sentinel-prefixed event stream on stdout. Events are streamed rather than
+printed at the end so that an extension that kills the interpreter (a segfault on a torch/CUDA
+mismatch) is named, and the remaining extensions are checked by a new run that skips it.
+
+Standard library only: this runs on the target host's system Python (3.8+).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+import uuid
+from typing import Any, Dict, List, NamedTuple, Optional, Pattern, Tuple
+
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import read_json, redact_url
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._version import (
+    VersionError,
+    commit_matches,
+    parse_version,
+    same_commit,
+)
+
+__all__ = [
+    "DEFAULT_REQUIRED_EXTENSIONS",
+    "PROBE_SCRIPT",
+    "FactsError",
+    "gather_facts",
+    "parse_probes",
+]
+
+DEFAULT_REQUIRED_EXTENSIONS = [
+    "vllm._C|vllm._C_stable_libtorch",
+    "vllm._moe_C|vllm._moe_C_stable_libtorch",
+    "vllm.cumem_allocator",
+]
+_ERROR_LIMIT = 2000
+_STDERR_TAIL = 2000
+
+# Runs in the release venv with `python -I` (no cwd, no PYTHON* variables on sys.path): Python 3.8+,
+# standard library only. Keep it free of newer syntax; a unit test parses it with feature_version 3.8.
+PROBE_SCRIPT = r'''
+import importlib.machinery
+import importlib.util
+import json
+import os
+import platform
+import sys
+
+MARK = "@@vllm_facts@@"  # replaced by the per-run mark given in argv (extension output cannot forge it)
+
+
+def emit(event, **data):
+    data["event"] = event
+    # The leading newline keeps the mark at the start of a line even after unterminated extension output.
+    sys.stdout.write("\n" + MARK + " " + json.dumps(data) + "\n")
+    sys.stdout.flush()
+
+
+def error_text(exc):
+    return "%s: %s" % (type(exc).__name__, exc)
+
+
+def metadata_of(name):
+    try:
+        from importlib import metadata
+        dist = metadata.distribution(name)
+    except Exception as exc:
+        return {"error": error_text(exc)}
+    info = {"version": dist.version, "direct_url": None}
+    try:
+        text = dist.read_text("direct_url.json")
+        info["direct_url"] = json.loads(text) if text else None
+    except Exception as exc:
+        info["direct_url_error"] = error_text(exc)
+    return info
+
+
+def extension_files(package_dir):
+    """(module, path, importable suffix?) for every .so, the one `import` would pick per module name."""
+    suffixes = list(importlib.machinery.EXTENSION_SUFFIXES)
+    chosen = {}
+    parent = os.path.dirname(package_dir)
+    for dirpath, dirnames, filenames in os.walk(package_dir):
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+        for filename in sorted(filenames):
+            if not filename.endswith(".so"):
+                continue
+            stem = filename.split(".", 1)[0]
+            suffix = filename[len(stem):]
+            rank = suffixes.index(suffix) if suffix in suffixes else len(suffixes)
+            relative = os.path.relpath(os.path.join(dirpath, stem), parent)
+            module = ".".join(relative.split(os.sep))
+            path = os.path.join(dirpath, filename)
+            if module not in chosen or rank < chosen[module][0]:
+                chosen[module] = (rank, path, suffix)
+    found = []
+    for module in sorted(chosen):
+        rank, path, suffix = chosen[module]
+        found.append({"module": module, "path": path, "suffix_ok": rank < len(suffixes), "suffix": suffix})
+    return found, suffixes
+
+
+def load(module, path):
+    spec = importlib.util.spec_from_file_location(module, path)
+    if spec is None or spec.loader is None:
+        raise ImportError("no loader for " + path)
+    loaded = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loaded)
+
+
+def main():
+    global MARK
+    options = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
+    MARK = options.get("mark", MARK)
+    skip = set(options.get("skip", []))
+    env = {"python_version": platform.python_version(), "executable": sys.executable, "package_dir": None}
+    try:
+        spec = importlib.util.find_spec("vllm")  # a top-level find_spec executes nothing of the package
+    except Exception as exc:
+        spec = None
+        env["find_spec_error"] = error_text(exc)
+    if spec is None or spec.submodule_search_locations is None:
+        env["not_a_package"] = spec is not None
+        emit("env", **env)
+        emit("done")
+        return
+    package_dir = os.path.realpath(list(spec.submodule_search_locations)[0])
+    env["package_dir"] = package_dir
+    env["metadata"] = metadata_of("vllm")
+    env["extensions"], env["extension_suffixes"] = extension_files(package_dir)
+    emit("env", **env)
+
+    if options.get("torch", True):
+        if importlib.util.find_spec("torch") is None:
+            emit("torch", present=False)
+        else:
+            emit("loading", module="torch", path=None)
+            try:
+                import torch
+                emit("torch", present=True, version=str(torch.__version__), cuda=torch.version.cuda)
+            except BaseException as exc:
+                emit("torch", present=True, error=error_text(exc))
+
+    for item in env["extensions"]:
+        if item["path"] in skip:
+            continue
+        if not item["suffix_ok"]:
+            message = "%s cannot be imported by Python %s: suffix %s is not one of %s" % (
+                item["path"], env["python_version"], item["suffix"], ", ".join(env["extension_suffixes"]))
+            emit("extension", module=item["module"], path=item["path"], ok=False, error=message)
+            continue
+        emit("loading", module=item["module"], path=item["path"])
+        try:
+            load(item["module"], item["path"])
+            emit("extension", module=item["module"], path=item["path"], ok=True, error=None)
+        except BaseException as exc:
+            emit("extension", module=item["module"], path=item["path"], ok=False, error=error_text(exc))
+    emit("done")
+
+
+main()
+'''
+
+
+class FactsError(Exception):
+    """Facts cannot be gathered at all (no venv, no python, no vllm); the message names the fix."""
+
+
+class _Probe(NamedTuple):
+    name: str
+    path: str  # relative to the vllm package directory
+    pattern: Pattern[str]
+
+
+def _verdict(path: Optional[str], ok: bool, error: Optional[str]) -> Dict[str, Any]:
+    return {"path": path, "ok": ok, "error": error[:_ERROR_LIMIT] if error else None}
+
+
+def parse_probes(probes: Optional[List[Dict[str, Any]]]) -> List[_Probe]:
+    """Validate probe definitions up front: a broken probe is a playbook error, not a fact."""
+    parsed: List[_Probe] = []
+    seen = set()
+    for index, probe in enumerate(probes or []):
+        if not isinstance(probe, dict) or not all(
+            isinstance(probe.get(key), str) for key in ("name", "path", "pattern")
+        ):
+            raise FactsError(
+                f"probes[{index}] must be a mapping with string keys name, path and pattern; got {probe!r}"
+            )
+        name, path = probe["name"], probe["path"]
+        if name in seen:
+            raise FactsError(f"probe name {name!r} is used twice; give each probe its own name")
+        seen.add(name)
+        normalised = os.path.normpath(path)
+        if os.path.isabs(path) or normalised == ".." or normalised.startswith(".." + os.sep):
+            raise FactsError(
+                f"probe {name!r}: path {path!r} must be relative to the vllm package directory "
+                "(e.g. model_executor/models/qwen3_dflash.py)"
+            )
+        try:
+            pattern = re.compile(probe["pattern"], re.MULTILINE)
+        except re.error as exc:
+            raise FactsError(
+                f"probe {name!r}: pattern {probe['pattern']!r} is not a valid regular expression: {exc}"
+            ) from exc
+        parsed.append(_Probe(name, normalised, pattern))
+    return parsed
+
+
+def _parse_requirements(required: Optional[List[str]]) -> List[Tuple[str, List[str]]]:
+    items = DEFAULT_REQUIRED_EXTENSIONS if required is None else required
+    parsed = []
+    for item in items:
+        alternatives = [part.strip() for part in str(item).split("|")]
+        if not all(alternatives):
+            raise FactsError(
+                f"required_extensions item {item!r} has an empty alternative; write e.g. vllm._C|vllm._C_abi"
+            )
+        parsed.append((str(item), alternatives))
+    return parsed
+
+
+_EVENT_KEYS = {
+    "env": ("python_version",),
+    "torch": ("present",),
+    "loading": ("module", "path"),
+    "extension": ("module", "path", "ok", "error"),
+    "done": (),
+}
+
+
+def _parse_events(stdout: str, mark: str) -> List[Dict[str, Any]]:
+    events = []
+    for line in stdout.splitlines():
+        if not line.startswith(mark + " "):
+            continue  # extension output
+        try:
+            event = json.loads(line[len(mark) + 1 :])
+        except ValueError:
+            continue
+        required = _EVENT_KEYS.get(str(event.get("event"))) if isinstance(event, dict) else None
+        if required is not None and all(key in event for key in required):
+            events.append(event)
+    return events
+
+
+def _describe_exit(returncode: Optional[int], timed_out: bool, timeout: float) -> str:
+    if timed_out:
+        return f"did not finish within the {timeout:g}s timeout"
+    if returncode is not None and returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"killed the probe's python with {name}"
+    return f"made the probe's python exit with status {returncode}"
+
+
+def _run_once(
+    python: str, options: Dict[str, Any], timeout: float
+) -> Tuple[List[Dict[str, Any]], str, Optional[int], bool]:
+    mark = f"@@vllm_facts:{uuid.uuid4().hex}@@"
+    options = dict(options, mark=mark)
+    process = subprocess.Popen(
+        [python, "-I", "-c", PROBE_SCRIPT, json.dumps(options)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd="/",
+        start_new_session=True,  # so a timeout kills whatever the extensions started, too
+    )
+    timed_out = False
+    try:
+        out, err = process.communicate(timeout=max(timeout, 0.1))
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        with contextlib.suppress(OSError):
+            os.killpg(process.pid, signal.SIGKILL)
+        out, err = process.communicate()
+    stdout = out.decode("utf-8", "replace")
+    stderr = err.decode("utf-8", "replace")
+    return _parse_events(stdout, mark), stderr, process.returncode, timed_out
+
+
+def _probe_venv(python: str, timeout: float) -> Dict[str, Any]:
+    """Run the probe until every extension has a verdict, re-running past one that kills python."""
+    deadline = time.monotonic() + timeout
+    options: Dict[str, Any] = {"skip": [], "torch": True}
+    env: Optional[Dict[str, Any]] = None
+    torch: Dict[str, Any] = {"present": False}
+    extensions: Dict[str, Dict[str, Any]] = {}
+    while True:
+        remaining = deadline - time.monotonic()
+        events, stderr, returncode, timed_out = _run_once(python, options, remaining)
+        loading: Optional[Dict[str, Any]] = None
+        done = False
+        for event in events:
+            kind = event.get("event")
+            if kind == "env" and env is None:
+                env = event
+            elif kind == "torch":
+                torch = event
+            elif kind == "loading":
+                loading = event
+            elif kind == "extension":
+                extensions[event["module"]] = _verdict(event["path"], event["ok"], event["error"])
+                loading = None
+            elif kind == "done":
+                done = True
+        if env is None:
+            tail = stderr.strip()[-_STDERR_TAIL:] or "(no output)"
+            raise FactsError(
+                f"{python} could not run the facts probe ({_describe_exit(returncode, timed_out, timeout)}): {tail}; "
+                "check that the venv's python works, or raise timeout"
+            )
+        if done or env.get("package_dir") is None:
+            return {"env": env, "torch": torch, "extensions": extensions}
+        why = _describe_exit(returncode, timed_out, timeout)
+        if loading is not None and loading.get("module") == "torch":
+            torch = {"present": True, "error": f"importing torch {why}"}
+            options["torch"] = False
+        elif loading is not None:
+            extensions[loading["module"]] = _verdict(loading["path"], False, f"loading it {why}")
+        if loading is None or deadline - time.monotonic() <= 0:
+            for item in env["extensions"]:
+                if item["module"] not in extensions:
+                    error = f"not checked: the probe {why} before reaching it"
+                    extensions[item["module"]] = _verdict(item["path"], False, error)
+            return {"env": env, "torch": torch, "extensions": extensions}
+        options["skip"] = [item["path"] for item in extensions.values()]
+
+
+def _read_version_file(package_dir: str) -> Tuple[Optional[str], Optional[str]]:
+    """(`__version__`, hex of `__commit_id__`) from the generated vllm/_version.py, read as text.
+
+    setuptools-scm / vcs-versioning write `__commit_id__ = commit_id = 'gffd46bfab'` even for a tagged
+    release whose version (`0.26.0`) carries no hash.
+    """
+    try:
+        with open(os.path.join(package_dir, "_version.py"), encoding="utf-8") as handle:
+            text = handle.read()
+    except OSError:
+        return None, None
+    version = re.search(r"^__version__\s*=\s*(?:version\s*=\s*)?['\"]([^'\"]+)['\"]", text, re.MULTILINE)
+    commit = re.search(r"^__commit_id__\s*=\s*(?:commit_id\s*=\s*)?['\"]g?([0-9a-fA-F]{7,40})['\"]", text, re.MULTILINE)
+    return (version.group(1) if version else None), (commit.group(1).lower() if commit else None)
+
+
+def _run_probes(package_dir: str, probes: List[_Probe]) -> Tuple[Dict[str, bool], Dict[str, str]]:
+    results: Dict[str, bool] = {}
+    errors: Dict[str, str] = {}
+    for probe in probes:
+        path = os.path.join(package_dir, probe.path)
+        try:
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                text = handle.read()
+        except FileNotFoundError:
+            results[probe.name] = False
+            errors[probe.name] = f"{path} does not exist in this vllm"
+            continue
+        except OSError as exc:
+            results[probe.name] = False
+            errors[probe.name] = f"cannot read {path}: {exc.strerror}"
+            continue
+        results[probe.name] = probe.pattern.search(text) is not None
+    return results, errors
+
+
+def _commit_facts(direct_url: Any, manifest: Optional[Dict[str, Any]], warnings: List[str]) -> Dict[str, Any]:
+    """The commit from PEP 610 direct_url.json when pip/uv installed from git, else from the release manifest."""
+    vcs_info = direct_url.get("vcs_info") if isinstance(direct_url, dict) else None
+    if not isinstance(vcs_info, dict):
+        vcs_info = {}  # archive_info (a wheel file) or dir_info (a local tree): no commit recorded
+    vcs_commit = vcs_info.get("commit_id")
+    manifest = manifest or {}
+    manifest_commit = manifest.get("commit")
+    source_url = direct_url.get("url") if isinstance(direct_url, dict) else None
+    facts: Dict[str, Any] = {"source_url": redact_url(source_url) if isinstance(source_url, str) else None}
+    if vcs_commit:
+        if manifest_commit and manifest_commit != vcs_commit:
+            warnings.append(
+                f"direct_url.json says commit {vcs_commit} but the release manifest says {manifest_commit}; "
+                "the venv was changed after the build: rebuild the release"
+            )
+        facts.update(
+            commit=vcs_commit, commit_source="direct_url", requested_revision=vcs_info.get("requested_revision")
+        )
+    elif manifest_commit:
+        facts.update(commit=manifest_commit, commit_source="manifest", requested_revision=manifest.get("requested_ref"))
+    else:
+        facts.update(commit=None, commit_source=None, requested_revision=None)
+    return facts
+
+
+def _read_manifest(release: str, warnings: List[str]) -> Optional[Dict[str, Any]]:
+    try:
+        manifest = read_json(os.path.join(release, "manifest.json"), None)
+    except (ValueError, OSError) as exc:
+        warnings.append(f"{exc}; ignoring the manifest")
+        return None
+    if manifest is not None and not isinstance(manifest, dict):
+        warnings.append(f"{release}/manifest.json is not a JSON object; ignoring it")
+        return None
+    return manifest
+
+
+def gather_facts(
+    root: str = "/opt/vllm",
+    venv: Optional[str] = None,
+    required_extensions: Optional[List[str]] = None,
+    probes: Optional[List[Dict[str, Any]]] = None,
+    timeout: float = 180.0,
+) -> Dict[str, Any]:
+    """The `vllm` facts of the venv (default `<root>/current/venv`), plus a `warnings` list.
+
+    Raises FactsError only when nothing can be known: no venv, no python in it, or no vllm installed.
+    Missing or broken extensions and false probes are reported, never raised.
+    """
+    parsed_probes = parse_probes(probes)
+    requirements = _parse_requirements(required_extensions)
+    venv = venv or os.path.join(root, "current", "venv")
+    python = os.path.join(venv, "bin", "python")
+    if not os.path.isdir(venv):
+        raise FactsError(
+            f"{venv} does not exist: no release is active there; build one with vllm_build and activate it "
+            "with vllm_release, or set venv"
+        )
+    if not os.access(python, os.X_OK):
+        raise FactsError(
+            f"{python} does not exist or is not executable: {venv} is not a working venv; rebuild the release"
+        )
+    try:
+        probed = _probe_venv(python, timeout)
+    except OSError as exc:
+        raise FactsError(f"cannot run {python}: {exc}; rebuild the release (its base python may be gone)") from exc
+    env = probed["env"]
+    package_dir = env.get("package_dir")
+    if package_dir is None:
+        problem = "is a module, not a package" if env.get("not_a_package") else "is not installed"
+        detail = f" ({env['find_spec_error']})" if env.get("find_spec_error") else ""
+        raise FactsError(f"vllm {problem} in {venv}{detail}; rebuild the release with vllm_build")
+
+    warnings: List[str] = []
+    release = os.path.dirname(os.path.realpath(venv))
+    manifest = _read_manifest(release, warnings)
+    metadata = env.get("metadata") or {}
+    file_version, scm_commit_prefix = _read_version_file(package_dir)
+    version = metadata.get("version")
+    version_source = "metadata" if version else None
+    if not version:
+        version = file_version
+        version_source = "_version.py" if version else None
+        warnings.append(f"no vllm distribution metadata in {venv} ({metadata.get('error')}); version read from files")
+
+    parsed_version = None
+    if version:
+        try:
+            parsed_version = parse_version(version)
+        except VersionError as exc:
+            warnings.append(str(exc))
+    commit = _commit_facts(metadata.get("direct_url"), manifest, warnings)
+    matches = None
+    if commit["commit"]:
+        try:
+            if parsed_version is not None and parsed_version.commit_prefix:
+                matches = commit_matches(parsed_version, commit["commit"])
+            elif scm_commit_prefix:
+                matches = same_commit(scm_commit_prefix, commit["commit"])
+        except VersionError as exc:
+            warnings.append(str(exc))
+
+    extensions = probed["extensions"]
+    missing = [item for item, alternatives in requirements if not any(alt in extensions for alt in alternatives)]
+    broken = sorted(module for module, info in extensions.items() if not info["ok"])
+    probe_results, probe_errors = _run_probes(package_dir, parsed_probes)
+    torch = probed["torch"]
+    facts: Dict[str, Any] = {
+        "venv": venv,
+        "python": python,
+        "python_version": env.get("python_version"),
+        "package_dir": package_dir,
+        "release": release,
+        "manifest": manifest,
+        "version": version,
+        "version_source": version_source,
+        "version_info": parsed_version.as_dict() if parsed_version else None,
+        "scm_commit_prefix": scm_commit_prefix,
+        "commit_matches_version": matches,
+        "torch_version": torch.get("version"),
+        "cuda_version": torch.get("cuda"),
+        "torch_error": torch.get("error"),
+        "extensions": dict(sorted(extensions.items())),
+        "missing_extensions": missing,
+        "broken_extensions": broken,
+        "probes": probe_results,
+        "probe_errors": probe_errors,
+    }
+    facts.update(commit)
+    return {"facts": facts, "warnings": warnings}

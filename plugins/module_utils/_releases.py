@@ -1,0 +1,513 @@
+# Copyright (c) vllm_ops.dflash contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The release state machine over `<root>/releases/`, the `current` link and `state.json`.
+
+`state.json` is the history (activations, gate verdicts); the `current` symlink is what is served.
+When they disagree (a crash between the link swap and the state write) the link wins and a warning
+says so. A complete release directory that state.json does not know (just built) is adopted with
+status `built`; adoption is a view, persisted only with the next change.
+
+Standard library only: this runs on the target host's system Python (3.8+).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import re
+import shutil
+import uuid
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence
+
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import read_json, utc_now, write_json_atomic
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._lock import LOCK_NAME, LockTimeout, host_lock
+
+__all__ = [
+    "ACTIONS",
+    "CURRENT_LINK",
+    "MANIFEST_NAME",
+    "RELEASES_DIR",
+    "STATE_NAME",
+    "STATUSES",
+    "WHEELS_DIR",
+    "ReleaseError",
+    "apply_action",
+    "load_state",
+    "run_action",
+]
+
+STATE_SCHEMA = 1
+STATE_NAME = "state.json"
+CURRENT_LINK = "current"
+RELEASES_DIR = "releases"
+WHEELS_DIR = "wheels"
+MANIFEST_NAME = "manifest.json"
+ACTIONS = ("activate", "rollback", "prune", "mark_good", "mark_failed", "status")
+STATUSES = ("built", "active", "good", "failed")
+_SWITCHING = ("activate", "rollback")
+_PRUNING_PREFIX = ".prune-"
+_HEX_PREFIX = re.compile(r"^[0-9a-f]{4,40}$")
+
+
+class ReleaseError(Exception):
+    """A release action that cannot be carried out; the message names the problem and the fix."""
+
+
+class _DiskRelease(NamedTuple):
+    name: str
+    path: str
+    complete: bool  # manifest.json exists: the builder writes it last
+    manifest: Optional[Dict[str, Any]]
+    manifest_error: Optional[str]
+
+
+class _Layout:
+    def __init__(self, root: str) -> None:
+        self.root = os.path.abspath(root)
+        self.releases = os.path.join(self.root, RELEASES_DIR)
+        self.wheels = os.path.join(self.root, WHEELS_DIR)
+        self.state = os.path.join(self.root, STATE_NAME)
+        self.current = os.path.join(self.root, CURRENT_LINK)
+
+    def release_path(self, name: str) -> str:
+        return os.path.join(self.releases, name)
+
+
+def _empty_state() -> Dict[str, Any]:
+    return {"schema": STATE_SCHEMA, "current": None, "previous": None, "releases": {}, "history": []}
+
+
+def load_state(root: str) -> Dict[str, Any]:
+    """The validated state.json of `root`; an empty state when the file does not exist."""
+    path = _Layout(root).state
+    try:
+        state = read_json(path, None)
+    except ValueError as exc:
+        raise ReleaseError(
+            f"{exc}. state.json holds the release history: restore it from a backup, or move it aside "
+            "to start a new history (existing releases are then adopted with status 'built')"
+        ) from exc
+    except OSError as exc:
+        raise ReleaseError(f"cannot read {path}: {exc.strerror}; check its permissions") from exc
+    if state is None:
+        return _empty_state()
+    problem = None
+    if not isinstance(state, dict):
+        problem = "the top level is not an object"
+    elif state.get("schema") != STATE_SCHEMA:
+        problem = f"schema {state.get('schema')!r} is not {STATE_SCHEMA} (written by another version of the collection)"
+    elif not isinstance(state.get("releases", {}), dict) or not isinstance(state.get("history", []), list):
+        problem = "'releases' must be an object and 'history' a list"
+    elif not all(isinstance(entry, dict) for entry in state.get("releases", {}).values()):
+        problem = "every entry of 'releases' must be an object"
+    if problem:
+        raise ReleaseError(f"{path} is not a schema {STATE_SCHEMA} state file: {problem}; fix it or move it aside")
+    merged = _empty_state()
+    merged.update(state)
+    merged["history"] = [item for item in merged["history"] if isinstance(item, dict)]
+    return merged
+
+
+def _scan(layout: _Layout) -> Dict[str, _DiskRelease]:
+    """Release directories under releases/ (hidden names are work in progress of this module)."""
+    found: Dict[str, _DiskRelease] = {}
+    try:
+        names = sorted(os.listdir(layout.releases))
+    except FileNotFoundError:
+        return found
+    for name in names:
+        path = layout.release_path(name)
+        if name.startswith(".") or os.path.islink(path) or not os.path.isdir(path):
+            continue
+        manifest_path = os.path.join(path, MANIFEST_NAME)
+        complete = os.path.isfile(manifest_path)
+        manifest, error = None, None
+        if complete:
+            try:
+                manifest = read_json(manifest_path, None)
+            except (ValueError, OSError) as exc:
+                error = str(exc)
+            if manifest is not None and not isinstance(manifest, dict):
+                manifest, error = None, f"{manifest_path} is not a JSON object"
+        found[name] = _DiskRelease(name, path, complete, manifest, error)
+    return found
+
+
+def _read_current_link(layout: _Layout) -> Optional[str]:
+    """Name of the release `current` points to, None when there is no link."""
+    if not os.path.lexists(layout.current):
+        return None
+    if not os.path.islink(layout.current):
+        raise ReleaseError(
+            f"{layout.current} exists but is not a symlink; move it aside so that it can point to a release"
+        )
+    target = os.readlink(layout.current)
+    absolute = os.path.normpath(os.path.join(layout.root, target))
+    parent = os.path.dirname(absolute)
+    if parent != layout.releases and os.path.realpath(parent) != os.path.realpath(layout.releases):
+        raise ReleaseError(
+            f"{layout.current} points to {target}, which is not a directory directly under {layout.releases}; "
+            "remove the link and activate a release with action=activate"
+        )
+    return os.path.basename(absolute)
+
+
+class _Session:
+    """One action over an in-memory copy of the host state; `execute` applies the plan to disk."""
+
+    def __init__(self, root: str) -> None:
+        self.layout = _Layout(root)
+        self.warnings: List[str] = []
+        self.disk = _scan(self.layout)
+        self.state = load_state(root)
+        self._adopt()
+        self._reconcile_current()
+        self.before = copy.deepcopy(self.state)
+        self.link_target: Optional[str] = None  # release name to point `current` at
+        self.remove: List[str] = []  # release names whose directory and wheels go away
+        self.affected: Optional[str] = None
+        self.pruned: List[str] = []
+        self.forgotten: List[str] = []
+
+    # ---- view -------------------------------------------------------------------------------
+    def _adopt(self) -> None:
+        entries = self.state["releases"]
+        for name, disk in self.disk.items():
+            if not disk.complete:
+                continue
+            manifest = disk.manifest or {}
+            built_at = manifest.get("built_at")
+            entry = entries.get(name)
+            # Same name, different build time: the directory was rebuilt, earlier verdicts do not apply.
+            rebuilt = entry is not None and built_at and entry.get("created_at") and entry["created_at"] != built_at
+            if entry is None or rebuilt:
+                entries[name] = {"commit": manifest.get("commit"), "status": "built", "created_at": built_at}
+            elif not entry.get("commit"):
+                entry["commit"] = manifest.get("commit")
+
+    def _reconcile_current(self) -> None:
+        linked = _read_current_link(self.layout)
+        recorded = self.state.get("current")
+        if linked != recorded:
+            if recorded is not None:
+                self.warnings.append(
+                    f"state.json says the current release is {recorded} but {self.layout.current} "
+                    f"{'points to ' + linked if linked else 'does not exist'}; the link is what runs, so it wins"
+                )
+            self.state["current"] = linked
+        if linked is not None and not self.exists(linked):
+            self.warnings.append(
+                f"{self.layout.current} points to {linked}, which is not a complete release; "
+                "activate an existing release with action=activate or action=rollback"
+            )
+        if linked is not None and linked not in self.state["releases"]:
+            self.state["releases"][linked] = {"commit": None, "status": "active", "created_at": None}
+
+    def exists(self, name: Optional[str]) -> bool:
+        disk = self.disk.get(name or "")
+        return disk is not None and disk.complete
+
+    def ordered_names(self) -> List[str]:
+        """Known releases, newest first: by creation time (state order, never mtimes), then activation."""
+        entries = self.state["releases"]
+
+        def recency(name: str) -> Any:
+            entry = entries[name]
+            return (entry.get("created_at") or "", entry.get("activated_at") or "", name)
+
+        return sorted(entries, key=recency, reverse=True)
+
+    def release_list(self) -> List[Dict[str, Any]]:
+        listing = []
+        for name in self.ordered_names():
+            entry = self.state["releases"][name]
+            listing.append(
+                {
+                    "name": name,
+                    "commit": entry.get("commit"),
+                    "status": entry.get("status"),
+                    "path": self.layout.release_path(name) if self.exists(name) else None,
+                    "created_at": entry.get("created_at"),
+                    "activated_at": entry.get("activated_at"),
+                    "reason": entry.get("reason"),
+                    "gate": entry.get("gate"),
+                }
+            )
+        return listing
+
+    # ---- lookup -----------------------------------------------------------------------------
+    def resolve(self, spec: str, require_complete: bool) -> str:
+        """Release name for a directory path, a name, or a unique prefix of a commit or name."""
+        spec = spec.strip()
+        if not spec:
+            raise ReleaseError("release is empty; give a release directory, name, or commit prefix")
+        # Every complete directory is in state["releases"] (adopted); incomplete ones only count where
+        # a complete release is required, so that the error can say the build did not finish.
+        names = set(self.disk) if require_complete else set(self.state["releases"])
+        if "/" in spec:
+            real = os.path.realpath(spec)
+            if os.path.dirname(real) != os.path.realpath(self.layout.releases):
+                raise ReleaseError(
+                    f"{spec} is not a release directory directly under {self.layout.releases}; "
+                    "give a directory there, a release name, or a commit prefix"
+                )
+            name = os.path.basename(real)
+            if name not in names:
+                raise ReleaseError(f"{spec} is not a known release; build it first with vllm_build")
+        elif spec in names:
+            name = spec
+        else:
+            prefix = spec.lower()
+            if not _HEX_PREFIX.match(prefix):
+                raise ReleaseError(
+                    f"no release named {spec!r} under {self.layout.releases}; "
+                    f"known releases: {', '.join(sorted(names)) or 'none'}"
+                )
+            matches = sorted(
+                name
+                for name in names
+                if name.startswith(prefix)
+                or str(self.state["releases"].get(name, {}).get("commit") or "").lower().startswith(prefix)
+            )
+            if not matches:
+                raise ReleaseError(
+                    f"no release matches commit prefix {spec!r}; known releases: {', '.join(sorted(names)) or 'none'}"
+                )
+            if len(matches) > 1:
+                raise ReleaseError(
+                    f"commit prefix {spec!r} is ambiguous ({', '.join(matches)}); give more hex digits or the name"
+                )
+            name = matches[0]
+        if require_complete:
+            self.require_complete(name)
+        return name
+
+    def require_complete(self, name: str) -> None:
+        disk = self.disk.get(name)
+        if disk is None:
+            raise ReleaseError(f"{self.layout.release_path(name)} does not exist; build it first with vllm_build")
+        if not disk.complete:
+            raise ReleaseError(
+                f"{disk.path} has no {MANIFEST_NAME}: its build did not finish; rebuild it with vllm_build"
+            )
+        if disk.manifest_error:
+            raise ReleaseError(f"{disk.manifest_error}; rebuild the release with vllm_build")
+
+    # ---- transitions ------------------------------------------------------------------------
+    def record(self, action: str, release: str, **extra: Any) -> None:
+        item = {"at": utc_now(), "action": action, "release": release}
+        item.update({key: value for key, value in extra.items() if value is not None})
+        self.state["history"].append(item)
+
+    def switch_to(self, name: str, action: str, keep_good: bool, reason: Optional[str]) -> None:
+        self.affected = name
+        old = self.state["current"]
+        if name == old:
+            return
+        if old is not None:
+            self.state["previous"] = old
+        self.state["current"] = name
+        entry = self.state["releases"][name]
+        if not (keep_good and entry.get("status") == "good"):
+            entry["status"] = "active"
+        entry["activated_at"] = utc_now()
+        self.link_target = name
+        self.record(action, name, reason=reason or None, **{"from": old})
+
+    def activate(self, spec: Optional[str], reason: Optional[str]) -> None:
+        if not spec:
+            raise ReleaseError("action=activate needs release (a release directory, name, or commit prefix)")
+        self.switch_to(self.resolve(spec, require_complete=True), "activate", False, reason)
+
+    def rollback(self, spec: Optional[str], reason: Optional[str]) -> None:
+        target = self.resolve(spec, require_complete=True) if spec else self.rollback_target()
+        # A release that passed its gate before stays `good`: going back to it is the point.
+        self.switch_to(target, "rollback", True, reason)
+
+    def rollback_target(self) -> str:
+        current = self.state["current"]
+        for item in reversed(self.state["history"]):
+            name = item.get("release")
+            if item.get("action") not in _SWITCHING or name == current or not self.exists(name):
+                continue
+            if self.state["releases"].get(name, {}).get("status") == "failed":
+                continue
+            if self.disk[name].manifest_error:
+                continue
+            return str(name)
+        raise ReleaseError(
+            f"nothing to roll back to: no release activated before {current or '(none)'} is still present under "
+            f"{self.layout.releases} and not marked failed; activate one explicitly with action=activate release=<name>"
+        )
+
+    def mark(self, spec: Optional[str], status: str, reason: Optional[str], details: Optional[Dict[str, Any]]) -> None:
+        name = self.resolve(spec, require_complete=False) if spec else self.state["current"]
+        if name is None:
+            raise ReleaseError(f"action=mark_{status} needs release: there is no current release to mark")
+        self.affected = name
+        entry = self.state["releases"].setdefault(name, {"commit": None, "status": "built", "created_at": None})
+        updated = dict(entry, status=status)
+        updated.pop("reason", None)
+        if reason:
+            updated["reason"] = reason
+        if details is not None:
+            updated["gate"] = details
+        if updated != entry:
+            self.state["releases"][name] = updated
+            self.record(f"mark_{status}", name, reason=reason or None)
+
+    def prune(self, keep: int, protect: Sequence[str]) -> None:
+        if keep < 0:
+            raise ReleaseError(f"keep_releases must be 0 or more, got {keep}")
+        protected = {self.state["current"], self.state["previous"], *protect}
+        complete = [name for name in self.ordered_names() if self.exists(name)]
+        # Under the host lock no build is running, so a directory without a manifest is the debris of
+        # an interrupted one.
+        debris = sorted(name for name, disk in self.disk.items() if not disk.complete)
+        for name in complete[keep:] + debris:
+            if name in protected:
+                continue
+            self.remove.append(name)
+            self.pruned.append(name)
+            if self.state["releases"].pop(name, None) is not None:
+                self.record("prune", name)
+        for name in list(self.state["releases"]):
+            if name not in protected and name not in self.disk:
+                self.forgotten.append(name)
+                self.remove.append(name)  # its wheels, if any, are of no use either
+                del self.state["releases"][name]
+
+    # ---- effects ----------------------------------------------------------------------------
+    @property
+    def changed(self) -> bool:
+        return self.state != self.before or bool(self.remove)
+
+    def execute(self) -> None:
+        if self.link_target is not None:
+            self._swap_current(self.link_target)
+        for name in self.remove:
+            self._remove_tree(self.layout.releases, name)
+            self._remove_tree(self.layout.wheels, name)
+        self._remove_leftovers()
+        write_json_atomic(self.layout.state, self.state)
+
+    def _swap_current(self, name: str) -> None:
+        # rename(2) over the old link is atomic: readers see the old release or the new one, never none.
+        temporary = os.path.join(self.layout.root, f".{CURRENT_LINK}.{uuid.uuid4().hex}.tmp")
+        os.symlink(os.path.join(RELEASES_DIR, name), temporary)
+        try:
+            os.replace(temporary, self.layout.current)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            raise
+
+    @staticmethod
+    def _remove_tree(parent: str, name: str) -> None:
+        path = os.path.join(parent, name)
+        if not os.path.lexists(path):
+            return
+        # Hide it first (atomic) so an interrupted delete never leaves a half release that looks complete.
+        hidden = os.path.join(parent, f"{_PRUNING_PREFIX}{name}.{uuid.uuid4().hex}")
+        os.rename(path, hidden)
+        shutil.rmtree(hidden)
+
+    def _remove_leftovers(self) -> None:
+        """Hidden trees of an earlier interrupted prune (safe: we hold the lock)."""
+        for parent in (self.layout.releases, self.layout.wheels):
+            with contextlib.suppress(FileNotFoundError):
+                for name in os.listdir(parent):
+                    if name.startswith(_PRUNING_PREFIX):
+                        shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+
+    # ---- reporting --------------------------------------------------------------------------
+    def diff(self) -> Dict[str, str]:
+        return {"before": _render(self.before), "after": _render(self.state)}
+
+    def result(self) -> Dict[str, Any]:
+        return {
+            "changed": self.changed,
+            "current": self.state["current"],
+            "previous": self.state["previous"],
+            "release": self.affected,
+            "releases": self.release_list(),
+            "history": self.state["history"],
+            "pruned": self.pruned,
+            "forgotten": self.forgotten,
+            "incomplete": sorted(n for n, disk in self.disk.items() if not disk.complete and n not in self.remove),
+            "diff": self.diff(),
+            "warnings": self.warnings,
+        }
+
+
+def _render(state: Dict[str, Any]) -> str:
+    lines = [f"current: {state.get('current') or '-'}", f"previous: {state.get('previous') or '-'}", "releases:"]
+    for name in sorted(state["releases"]):
+        entry = state["releases"][name]
+        reason = f" ({entry['reason']})" if entry.get("reason") else ""
+        lines.append(f"  {name}: {entry.get('status')}{reason}")
+    return "\n".join(lines) + "\n"
+
+
+def apply_action(
+    root: str,
+    action: str,
+    release: Optional[str] = None,
+    keep_releases: int = 3,
+    reason: Optional[str] = None,
+    details: Optional[Dict[str, Any]] = None,
+    check_mode: bool = False,
+    protect: Sequence[str] = (),
+) -> Dict[str, Any]:
+    """Run `action` on `root` WITHOUT taking the host lock (for callers that already hold it, e.g. a
+    build that prunes, protecting the release it just made). In check mode nothing is written; the
+    result predicts the change. `protect` names releases that prune never removes."""
+    if action not in ACTIONS:
+        raise ReleaseError(f"unknown action {action!r}; use one of {', '.join(ACTIONS)}")
+    session = _Session(root)
+    if action == "activate":
+        session.activate(release, reason)
+    elif action == "rollback":
+        session.rollback(release, reason)
+    elif action == "prune":
+        session.prune(keep_releases, protect)
+    elif action == "mark_good":
+        session.mark(release, "good", reason, details)
+    elif action == "mark_failed":
+        session.mark(release, "failed", reason, details)
+    elif release:
+        session.affected = session.resolve(release, require_complete=False)
+    if session.changed and not check_mode:
+        session.execute()
+    return session.result()
+
+
+@contextlib.contextmanager
+def _lock_for(root: str, read_only: bool, timeout: float) -> Iterator[None]:
+    # A read-only run must not create anything, so it only waits for a lock that already exists.
+    if read_only and not os.path.exists(os.path.join(root, LOCK_NAME)):
+        yield
+        return
+    try:
+        with host_lock(root, timeout):
+            yield
+    except LockTimeout as exc:
+        raise ReleaseError(str(exc)) from exc
+
+
+def run_action(
+    root: str,
+    action: str,
+    release: Optional[str] = None,
+    keep_releases: int = 3,
+    reason: Optional[str] = None,
+    details: Optional[Dict[str, Any]] = None,
+    check_mode: bool = False,
+    lock_timeout: float = 600.0,
+    protect: Sequence[str] = (),
+) -> Dict[str, Any]:
+    """`apply_action` under the host lock (`<root>/.lock`)."""
+    read_only = check_mode or action == "status" or not os.path.isdir(root)
+    with _lock_for(root, read_only, lock_timeout):
+        return apply_action(root, action, release, keep_releases, reason, details, check_mode, protect)

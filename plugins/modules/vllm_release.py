@@ -1,0 +1,271 @@
+#!/usr/bin/python
+# Copyright (c) vllm_ops.dflash contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: vllm_release
+short_description: Activate, roll back, prune and judge vLLM releases on a host
+description:
+  - Manages the releases that M(vllm_ops.dflash.vllm_build) leaves under O(root)C(/releases/) - the
+    C(current) symlink that the service runs and the release history in O(root)C(/state.json).
+  - C(current) is a relative symlink C(releases/<name>), swapped atomically (a temporary link renamed over
+    the old one), so there is no moment without a C(current).
+  - A complete release directory (one with C(manifest.json)) that C(state.json) does not know yet, for example
+    one just built, is adopted with status C(built); its creation time is the manifest's C(built_at).
+  - Every action holds the host lock O(root)C(/.lock) (the one builds take), so a swap never races a build.
+    A read-only run (O(action=status) or check mode) waits for the lock only when the lock file exists,
+    and creates nothing.
+  - When C(state.json) and the C(current) link disagree (an interrupted swap), the link wins, with a warning.
+version_added: 0.1.0
+author: vllm_ops maintainers (@vllm-ops)
+extends_documentation_fragment:
+  - vllm_ops.dflash.attributes
+attributes:
+  check_mode:
+    support: full
+    details:
+      - Reports what would change (C(changed), C(current), C(previous), C(releases), C(pruned), C(diff)) and
+        changes nothing.
+  diff_mode:
+    support: full
+    details:
+      - Before and after of the current and previous release and of each release's status, as text.
+  idempotent:
+    support: full
+    details:
+      - Activating the current release, rolling back explicitly to it, marking a release with the status,
+        reason and details it already has, and pruning an already pruned root report no change.
+      - O(action=rollback) without O(release) moves to another release every time it is run.
+options:
+  root:
+    description: The vLLM root holding C(releases/), C(current), C(wheels/) and C(state.json).
+    type: path
+    default: /opt/vllm
+  action:
+    description:
+      - V(activate) points C(current) at O(release) and records it (status C(active), C(previous) = the old current).
+      - V(rollback) points C(current) at O(release), or without it at the newest release activated before the
+        current one that is not C(failed) and still exists. A C(good) release stays C(good). It marks nothing
+        failed by itself; run O(action=mark_failed) first to keep a bad release out of later rollbacks.
+      - V(prune) deletes all but the O(keep_releases) newest releases (by creation order in C(state.json),
+        never file times) with their C(wheels/<name>) directories. The current and previous releases are
+        always kept, on top of O(keep_releases). Directories without C(manifest.json) are debris of
+        interrupted builds (no build runs while the host lock is held) and are removed too. Entries of
+        releases whose directory is already gone are dropped from C(state.json).
+      - V(mark_good) and V(mark_failed) set the status of O(release) (default the current release),
+        store O(reason), and store O(details) as the release's C(gate) record. Marking the current
+        release failed does not move C(current); use O(action=rollback) for that.
+      - V(status) changes nothing and returns the releases and history.
+    type: str
+    choices: [activate, rollback, prune, mark_good, mark_failed, status]
+    default: status
+  release:
+    description:
+      - The release to act on, given as its directory (for example C(/opt/vllm/releases/3cfc8f8b7a1b-1a2b3c4d),
+        or C(/opt/vllm/current)), its name, or a unique prefix (at least 4 hex digits) of its commit or name.
+      - Required for O(action=activate).
+    type: str
+  keep_releases:
+    description: How many of the newest releases O(action=prune) keeps, besides the current and previous ones.
+    type: int
+    default: 3
+  reason:
+    description:
+      - Why; stored with the release for O(action=mark_good) / O(action=mark_failed) (a mark without
+        O(reason) clears an earlier one), and in the history entry for every action that changes something.
+    type: str
+  details:
+    description:
+      - A record to keep as the release's C(gate) entry with O(action=mark_good) or O(action=mark_failed),
+        for example the result of M(vllm_ops.dflash.acceptance_gate).
+    type: dict
+  lock_timeout:
+    description: Seconds to wait for the host lock held by a build or another swap before failing.
+    type: float
+    default: 600
+notes:
+  - Runs on the target with its system Python and the standard library only.
+seealso:
+  - module: vllm_ops.dflash.vllm_build
+  - module: vllm_ops.dflash.vllm_facts
+"""
+
+EXAMPLES = r"""
+- name: Make the new build the running release
+  vllm_ops.dflash.vllm_release:
+    action: activate
+    release: "{{ build.release }}"
+  register: activation
+  notify: Restart vllm
+
+- name: Record a passed gate
+  vllm_ops.dflash.vllm_release:
+    action: mark_good
+    details: "{{ gate }}"
+
+- name: Record a failed gate and go back to the last release that was not failed
+  block:
+    - name: Mark the current release failed
+      vllm_ops.dflash.vllm_release:
+        action: mark_failed
+        reason: "{{ gate.msg }}"
+        details: "{{ gate }}"
+    - name: Roll back
+      vllm_ops.dflash.vllm_release:
+        action: rollback
+        reason: "gate failed"
+
+- name: Activate by commit prefix
+  vllm_ops.dflash.vllm_release:
+    action: activate
+    release: 3cfc8f8b7
+
+- name: Keep the three newest releases (and the current and previous ones)
+  vllm_ops.dflash.vllm_release:
+    action: prune
+    keep_releases: 3
+
+- name: Which release runs, and which passed their gate
+  vllm_ops.dflash.vllm_release:
+    action: status
+  register: releases
+"""
+
+RETURN = r"""
+current:
+  description: Name of the current release after the action (predicted in check mode); V(null) when none.
+  returned: always
+  type: str
+  sample: 3cfc8f8b7a1b-1a2b3c4d
+previous:
+  description: Name of the release that was current before the last switch; V(null) when none.
+  returned: always
+  type: str
+  sample: b0b2f27da0c4-9f8e7d6c
+release:
+  description: Name of the release the action resolved O(release) to (or the current one for C(mark_*)).
+  returned: always
+  type: str
+  sample: 3cfc8f8b7a1b-1a2b3c4d
+releases:
+  description:
+    - Every known release, newest first. C(path) is V(null) when its directory no longer exists.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    name:
+      description: Release name, C(<sha12>-<inputs8>).
+      type: str
+    commit:
+      description: Full commit the release was built from (from its manifest).
+      type: str
+    status:
+      description: One of C(built), C(active), C(good), C(failed).
+      type: str
+    path:
+      description: The release directory.
+      type: str
+    created_at:
+      description: The manifest's C(built_at) (UTC, ISO 8601).
+      type: str
+    activated_at:
+      description: Last time it was made current.
+      type: str
+    reason:
+      description: The O(reason) of its last mark.
+      type: str
+    gate:
+      description: The O(details) of its last mark.
+      type: dict
+  sample:
+    - name: 3cfc8f8b7a1b-1a2b3c4d
+      commit: 3cfc8f8b7a1b2c3d4e5f60718293a4b5c6d7e8f9
+      status: good
+      path: /opt/vllm/releases/3cfc8f8b7a1b-1a2b3c4d
+      created_at: "2026-11-29T20:00:00Z"
+      activated_at: "2026-11-29T20:05:00Z"
+      reason: null
+      gate: {passed: true, mean_acceptance_length: 6.1}
+history:
+  description:
+    - The history of C(state.json), oldest first.
+    - Items have C(at), C(action), C(release), and C(from) / C(reason) where known.
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - {at: "2026-11-29T20:05:00Z", action: activate, release: 3cfc8f8b7a1b-1a2b3c4d, from: b0b2f27da0c4-9f8e7d6c}
+pruned:
+  description:
+    - Releases whose directory (and wheels) O(action=prune) removed, or would remove in check mode,
+      unfinished builds included.
+  returned: always
+  type: list
+  elements: str
+forgotten:
+  description: Releases whose directory was already gone and whose C(state.json) entry O(action=prune) dropped.
+  returned: always
+  type: list
+  elements: str
+incomplete:
+  description:
+    - Directories under C(releases/) without C(manifest.json) (unfinished builds) left after the action.
+      They are never activated; O(action=prune) removes them.
+  returned: always
+  type: list
+  elements: str
+diff:
+  description: Before and after of C(current), C(previous) and each release's status, as text.
+  returned: always
+  type: dict
+  sample:
+    before: "current: b0b2f27da0c4-9f8e7d6c\nprevious: -\nreleases:\n  b0b2f27da0c4-9f8e7d6c: good\n"
+    after: "current: 3cfc8f8b7a1b-1a2b3c4d\nprevious: b0b2f27da0c4-9f8e7d6c\nreleases:\n  ..."
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._releases import ACTIONS, ReleaseError, run_action
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "root": {"type": "path", "default": "/opt/vllm"},
+            "action": {"type": "str", "choices": list(ACTIONS), "default": "status"},
+            "release": {"type": "str"},
+            "keep_releases": {"type": "int", "default": 3},
+            "reason": {"type": "str"},
+            "details": {"type": "dict"},
+            "lock_timeout": {"type": "float", "default": 600},
+        },
+        required_if=[("action", "activate", ["release"])],
+        supports_check_mode=True,
+    )
+    params = module.params
+    try:
+        result = run_action(
+            params["root"],
+            params["action"],
+            release=params["release"],
+            keep_releases=params["keep_releases"],
+            reason=params["reason"],
+            details=params["details"],
+            check_mode=module.check_mode,
+            lock_timeout=params["lock_timeout"],
+        )
+    except ReleaseError as exc:
+        module.fail_json(msg=str(exc))
+    except OSError as exc:
+        module.fail_json(
+            msg=f"{params['action']} failed on {params['root']}: {exc}; check that the root is writable by this user"
+        )
+    for warning in result.pop("warnings"):
+        module.warn(warning)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+"""Shared helpers: atomic JSON, timestamps, hashes, URL redaction."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+
+import pytest
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import (
+    read_json,
+    redact_url,
+    sha256_file,
+    utc_now,
+    write_json_atomic,
+)
+
+
+def test_write_then_read_round_trip(tmp_path):
+    path = str(tmp_path / "sub" / "state.json")
+    write_json_atomic(path, {"b": [1, 2], "a": None})
+    assert read_json(path) == {"a": None, "b": [1, 2]}
+    write_json_atomic(path, {"a": 2})
+    assert read_json(path) == {"a": 2}
+    assert os.listdir(tmp_path / "sub") == ["state.json"]  # no temp file left
+
+
+def test_failed_write_keeps_old_file(tmp_path):
+    path = str(tmp_path / "state.json")
+    write_json_atomic(path, {"a": 1})
+    with pytest.raises(TypeError):
+        write_json_atomic(path, {"a": object()})
+    assert read_json(path) == {"a": 1}
+    assert os.listdir(tmp_path) == ["state.json"]
+
+
+def test_read_json_default_and_corrupt(tmp_path):
+    assert read_json(str(tmp_path / "missing.json"), {"x": 1}) == {"x": 1}
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(ValueError, match=r"bad\.json is not valid JSON"):
+        read_json(str(bad), {})
+
+
+def test_utc_now_format():
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", utc_now())
+
+
+def test_sha256_file(tmp_path):
+    data = os.urandom(3 * 1024 * 1024 + 5)
+    path = tmp_path / "blob"
+    path.write_bytes(data)
+    assert sha256_file(str(path)) == hashlib.sha256(data).hexdigest()
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("https://user:ghp_secret@github.com/o/r.git", "https://github.com/o/r.git"),
+        ("https://ghp_token@github.com/o/r.git", "https://github.com/o/r.git"),
+        ("ssh://git@host:2222/o/r.git", "ssh://git@host:2222/o/r.git"),
+        ("ssh://git:pw@host/o/r.git", "ssh://host/o/r.git"),
+        ("https://github.com/o/r.git", "https://github.com/o/r.git"),
+        ("git@github.com:o/r.git", "git@github.com:o/r.git"),
+        ("/srv/git/vllm", "/srv/git/vllm"),
+        ("file:///srv/git/vllm", "file:///srv/git/vllm"),
+        ("https://host/path@v1", "https://host/path@v1"),
+    ],
+)
+def test_redact_url(url, expected):
+    assert redact_url(url) == expected

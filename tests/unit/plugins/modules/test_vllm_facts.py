@@ -1,0 +1,92 @@
+# Copyright (c) vllm_ops.dflash contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""vllm_facts run as Ansible runs it: a subprocess reading its arguments from a JSON file."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parents[1]
+COLLECTIONS = TESTS.parents[2] / ".cache" / "ac"
+# The fake vllm venv builders live with the core's tests.
+_spec = importlib.util.spec_from_file_location("facts_helpers", TESTS / "module_utils" / "test_facts.py")
+assert _spec is not None and _spec.loader is not None
+helpers = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(helpers)
+
+
+def run_module(tmp_path, check_mode=False, **args):
+    args["_ansible_check_mode"] = check_mode
+    args_file = tmp_path / "args.json"
+    args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
+    completed = subprocess.run(
+        [sys.executable, "-m", "ansible_collections.vllm_ops.dflash.plugins.modules.vllm_facts", str(args_file)],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(COLLECTIONS)),
+        timeout=120,
+        check=False,
+    )
+    result = json.loads(completed.stdout)
+    assert (completed.returncode != 0) == bool(result.get("failed")), completed.stderr
+    return result
+
+
+@pytest.fixture(scope="module")
+def builder(tmp_path_factory):
+    return helpers.ExtensionBuilder(tmp_path_factory.mktemp("extensions"))
+
+
+@pytest.fixture
+def root(tmp_path, builder):
+    root = tmp_path / "opt-vllm"
+    venv = helpers.make_release(root, manifest={"schema": 1, "commit": helpers.COMMIT})
+    helpers.install_fake_vllm(venv, builder, direct_url=helpers.vcs_direct_url())
+    return root
+
+
+@pytest.mark.parametrize("check_mode", [False, True])
+def test_facts_of_the_current_release(tmp_path, root, check_mode):
+    result = run_module(
+        tmp_path,
+        check_mode=check_mode,
+        root=str(root),
+        probes=[
+            {"name": "sliding", "path": "model_executor/models/qwen3_dflash.py", "pattern": "_resolve_layer_attention"}
+        ],
+    )
+    assert result["changed"] is False
+    facts = result["ansible_facts"]["vllm"]
+    assert facts["commit"] == helpers.COMMIT
+    assert facts["version_info"]["commit_prefix"] == "3cfc8f8b7"
+    assert facts["extensions"]["vllm._C"]["ok"] is True
+    assert facts["missing_extensions"] == []
+    assert facts["broken_extensions"] == ["vllm.cumem_allocator"]  # reported, not a failure
+    assert facts["probes"] == {"sliding": True}
+    assert facts["release"] == os.path.realpath(root / "current")
+
+
+def test_probe_without_pattern_is_rejected_by_the_argument_spec(tmp_path, root):
+    result = run_module(tmp_path, root=str(root), probes=[{"name": "x", "path": "a.py"}])
+    assert result["failed"] is True
+    assert "pattern" in result["msg"]
+
+
+def test_invalid_pattern_fails_clearly(tmp_path, root):
+    result = run_module(tmp_path, root=str(root), probes=[{"name": "x", "path": "a.py", "pattern": "[unclosed"}])
+    assert result["failed"] is True
+    assert "probe 'x': pattern '[unclosed' is not a valid regular expression" in result["msg"]
+
+
+def test_no_release_fails_with_the_fix(tmp_path):
+    result = run_module(tmp_path, root=str(tmp_path / "nothing"))
+    assert result["failed"] is True
+    assert result["msg"].startswith(f"{tmp_path / 'nothing' / 'current' / 'venv'} does not exist")
+    assert "vllm_build" in result["msg"]

@@ -1,0 +1,110 @@
+# Copyright (c) vllm_ops.dflash contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""vllm_release run as Ansible runs it: a subprocess reading its arguments from a JSON file."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+COLLECTIONS = Path(__file__).resolve().parents[4] / ".cache" / "ac"
+COMMIT_A = "a" * 40
+COMMIT_B = "b" * 40
+
+
+def run_module(tmp_path, check_mode=False, diff=False, **args):
+    args.update({"_ansible_check_mode": check_mode, "_ansible_diff": diff})
+    args_file = tmp_path / "args.json"
+    args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
+    env = dict(os.environ, PYTHONPATH=str(COLLECTIONS))
+    completed = subprocess.run(
+        [sys.executable, "-m", "ansible_collections.vllm_ops.dflash.plugins.modules.vllm_release", str(args_file)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    result = json.loads(completed.stdout)
+    assert (completed.returncode != 0) == bool(result.get("failed")), completed.stderr
+    return result
+
+
+@pytest.fixture
+def root(tmp_path):
+    root = tmp_path / "vllm"
+    for commit, built_at in ((COMMIT_A, "2026-11-01T00:00:00Z"), (COMMIT_B, "2026-11-02T00:00:00Z")):
+        release = root / "releases" / f"{commit[:12]}-00000000"
+        (release / "venv").mkdir(parents=True)
+        (release / "manifest.json").write_text(json.dumps({"schema": 1, "commit": commit, "built_at": built_at}))
+    return root
+
+
+def test_activate_then_again_is_idempotent(tmp_path, root):
+    first = run_module(tmp_path, root=str(root), action="activate", release="aaaaaaa")
+    assert first["changed"] is True
+    assert first["current"] == "aaaaaaaaaaaa-00000000"
+    assert os.readlink(root / "current") == "releases/aaaaaaaaaaaa-00000000"
+    second = run_module(tmp_path, root=str(root), action="activate", release="aaaaaaa")
+    assert second["changed"] is False
+    assert [item["status"] for item in second["releases"]] == ["built", "active"]
+
+
+def test_check_and_diff_mode(tmp_path, root):
+    run_module(tmp_path, root=str(root), action="activate", release="aaaaaaaaaaaa-00000000")
+    state_before = (root / "state.json").read_text()
+    result = run_module(
+        tmp_path,
+        check_mode=True,
+        diff=True,
+        root=str(root),
+        action="activate",
+        release=str(root / "releases" / "bbbbbbbbbbbb-00000000"),
+    )
+    assert result["changed"] is True
+    assert result["current"] == "bbbbbbbbbbbb-00000000"
+    assert "current: aaaaaaaaaaaa-00000000" in result["diff"]["before"]
+    assert "current: bbbbbbbbbbbb-00000000" in result["diff"]["after"]
+    assert os.readlink(root / "current") == "releases/aaaaaaaaaaaa-00000000"
+    assert (root / "state.json").read_text() == state_before
+
+
+def test_mark_failed_then_rollback_with_nothing_left_fails_clearly(tmp_path, root):
+    run_module(tmp_path, root=str(root), action="activate", release="aaaaaaaaaaaa-00000000")
+    run_module(tmp_path, root=str(root), action="activate", release="bbbbbbbbbbbb-00000000")
+    marked = run_module(tmp_path, root=str(root), action="mark_failed", reason="AL 1.17", details={"passed": False})
+    assert marked["changed"] is True
+    assert marked["current"] == "bbbbbbbbbbbb-00000000"
+    back = run_module(tmp_path, root=str(root), action="rollback", reason="gate failed")
+    assert (back["current"], back["previous"]) == ("aaaaaaaaaaaa-00000000", "bbbbbbbbbbbb-00000000")
+    failed = run_module(tmp_path, root=str(root), action="rollback")
+    assert failed["failed"] is True
+    assert "nothing to roll back to" in failed["msg"]
+
+
+def test_activate_requires_release(tmp_path, root):
+    result = run_module(tmp_path, root=str(root), action="activate")
+    assert result["failed"] is True
+    assert "release" in result["msg"]
+
+
+def test_corrupt_state_fails_with_the_fix(tmp_path, root):
+    (root / "state.json").write_text("{")
+    result = run_module(tmp_path, root=str(root), action="status")
+    assert result["failed"] is True
+    assert "state.json is not valid JSON" in result["msg"]
+    assert "move it aside" in result["msg"]
+
+
+def test_link_state_mismatch_is_a_warning(tmp_path, root):
+    run_module(tmp_path, root=str(root), action="activate", release="aaaaaaaaaaaa-00000000")
+    (root / "current").unlink()
+    os.symlink("releases/bbbbbbbbbbbb-00000000", root / "current")
+    result = run_module(tmp_path, root=str(root))
+    assert result["current"] == "bbbbbbbbbbbb-00000000"
+    assert "the link is what runs" in json.dumps(result["warnings"])  # ansible-core 2.19 structures warnings

@@ -64,9 +64,11 @@ build: venv
 sanity: build
 	bash tests/tools/seed_ansible_test_pip.sh $(BIN)/python
 	rm -rf .cache/sanity && mkdir -p .cache/sanity
-	$(BIN)/ansible-galaxy collection install -p .cache/sanity build/vllm_ops-dflash-*.tar.gz
+	ANSIBLE_COLLECTIONS_PATH=$(CURDIR)/.cache/sanity $(BIN)/ansible-galaxy collection install --force \
+	  -p .cache/sanity build/vllm_ops-dflash-*.tar.gz
 	cd .cache/sanity/ansible_collections/vllm_ops/dflash && \
-	  $(CURDIR)/$(BIN)/ansible-test sanity --venv --python $(SANITY_PY) --color no
+	  ANSIBLE_COLLECTIONS_PATH=$(CURDIR)/.cache/sanity $(CURDIR)/$(BIN)/ansible-test sanity --venv \
+	  --python $(SANITY_PY) --color no
 
 molecule: venv testhost wheelhouse $(COLL)
 	for s in $(SCENARIOS); do $(BIN)/molecule test -s $$s || exit 1; done

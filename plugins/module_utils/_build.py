@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import time
+import uuid
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import (
@@ -164,7 +165,7 @@ def prune_releases(root: str, keep: int, protect: Sequence[str] = ()) -> List[st
 
     Newest by state.json's created_at, then the manifest's built_at. Directories without a manifest are
     debris of interrupted builds (call this under the host lock) and go too. keep < 1 disables pruning.
-    Returns the names removed. state.json is left to vllm_release, which skips vanished releases.
+    Returns the names removed. state.json is left to vllm_release, which forgets vanished releases.
     """
     releases_dir = os.path.join(root, "releases")
     if keep < 1 or not os.path.isdir(releases_dir):
@@ -174,7 +175,7 @@ def prune_releases(root: str, keep: int, protect: Sequence[str] = ()) -> List[st
     complete, debris = [], []
     for name in os.listdir(releases_dir):
         path = os.path.join(releases_dir, name)
-        if not os.path.isdir(path) or os.path.islink(path):
+        if name.startswith(".") or not os.path.isdir(path) or os.path.islink(path):
             continue
         manifest = read_json(os.path.join(path, "manifest.json"), None)
         if manifest is None:
@@ -186,9 +187,21 @@ def prune_releases(root: str, keep: int, protect: Sequence[str] = ()) -> List[st
     keep_names = {name for _, name in complete[:keep]} | set(_current_and_previous(root)) | set(protect)
     doomed = [name for _, name in complete if name not in keep_names] + [n for n in debris if n not in keep_names]
     for name in doomed:
-        shutil.rmtree(os.path.join(releases_dir, name), ignore_errors=True)
-        shutil.rmtree(os.path.join(root, "wheels", name), ignore_errors=True)
+        _hide_and_remove(os.path.join(releases_dir, name))
+        _hide_and_remove(os.path.join(root, "wheels", name))
     return sorted(doomed)
+
+
+def _hide_and_remove(path: str) -> None:
+    """Rename first (atomic), then delete: an interrupted delete never leaves a release that looks whole.
+
+    The `.prune-` prefix is the one vllm_release cleans up after an interrupted run.
+    """
+    if not os.path.lexists(path):
+        return
+    hidden = os.path.join(os.path.dirname(path), f".prune-{os.path.basename(path)}.{uuid.uuid4().hex}")
+    os.rename(path, hidden)
+    shutil.rmtree(hidden, ignore_errors=True)
 
 
 def _single_wheel(directory: str) -> Optional[str]:
@@ -306,13 +319,6 @@ class _Builder:
             raise BuildError(str(exc)) from exc
 
 
-def _remove(path: str) -> None:
-    if os.path.islink(path) or os.path.isfile(path):
-        os.unlink(path)
-    elif os.path.isdir(path):
-        shutil.rmtree(path, ignore_errors=True)
-
-
 def _failure_message(cause: str, log_path: str) -> str:
     return (
         f"{cause}. The release was not created and `current` is unchanged. "
@@ -333,8 +339,8 @@ def _make_release(
     paths = builder.paths
     commit = resolution.commit or ""
     started = time.monotonic()
-    for debris in (paths.release, paths.build):  # left by a run that was killed outright
-        _remove(debris)
+    _hide_and_remove(paths.release)  # debris of a run that was killed outright (no manifest: we hold the lock)
+    shutil.rmtree(paths.build, ignore_errors=True)
     builder.note(f"vllm_build {name}: {redact_url(repo)} {opts.ref} -> {commit}")
     builder.note("inputs: " + json.dumps(inputs, sort_keys=True))
     try:
@@ -372,13 +378,13 @@ def _make_release(
         write_json_atomic(paths.manifest, manifest)  # last: from now on the release exists
         builder.note(f"release {name} complete")
     except BaseException as exc:
-        _remove(paths.release)
-        _remove(paths.build)
+        _hide_and_remove(paths.release)
+        shutil.rmtree(paths.build, ignore_errors=True)
         if isinstance(exc, (BuildError, CommandInterrupted, GitError, OSError, ValueError)):
             builder.note(f"FAILED: {exc}")
             raise BuildError(_failure_message(str(exc), paths.log)) from exc
         raise
-    _remove(paths.build)
+    shutil.rmtree(paths.build, ignore_errors=True)
     return manifest
 
 

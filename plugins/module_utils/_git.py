@@ -253,11 +253,10 @@ def checkout(mirror: str, sha: str, dest: str, timeout: float, log_path: Optiona
         shutil.rmtree(dest)
     os.makedirs(os.path.dirname(dest), exist_ok=True)
     steps = [
-        (["clone", "--quiet", "--shared", "--no-checkout", mirror, dest], None),
-        (["fetch", "--quiet", mirror, "+refs/tags/*:refs/tags/*"], dest),
-        (["-c", "advice.detachedHead=false", "checkout", "--quiet", "--detach", sha], dest),
+        ("clone", ["clone", "--quiet", "--shared", "--no-checkout", mirror, dest]),
+        ("fetch of the tags", ["-C", dest, "fetch", "--quiet", mirror, "+refs/tags/*:refs/tags/*"]),
+        ("checkout", ["-c", "advice.detachedHead=false", "-C", dest, "checkout", "--quiet", "--detach", sha]),
     ]
-    for args, cwd in steps:
-        full = ["-C", cwd, *args] if cwd else args
-        result = _git(full, deadline.remaining(), log_path=log_path, long_running=True)
-        _check(result, "git " + args[0], mirror, timeout)
+    for what, args in steps:
+        result = _git(args, deadline.remaining(), log_path=log_path, long_running=True)
+        _check(result, "git " + what, mirror, timeout)

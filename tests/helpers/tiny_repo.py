@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Dict, Optional
 
@@ -130,6 +131,22 @@ def wheelhouse() -> Optional[Path]:
         return None
     stamp.touch()
     return WHEELHOUSE
+
+
+def process_alive(pid: int, settle: float = 3.0) -> bool:
+    """Whether `pid` still runs. A zombie counts as dead: killed orphans wait for PID 1 to reap them,
+    which in a container may take a moment, and `os.kill(pid, 0)` succeeds on a zombie."""
+    end = time.monotonic() + settle
+    while True:
+        try:
+            os.kill(pid, 0)
+            with open(f"/proc/{pid}/stat") as handle:
+                running = handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except (ProcessLookupError, FileNotFoundError):
+            return False
+        if not running or time.monotonic() >= end:
+            return running
+        time.sleep(0.1)
 
 
 def installed_version(venv: str, dist: str = "tinypkg") -> str:

@@ -17,6 +17,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._deadline import (
     run,
     tail,
 )
+from ansible_collections.vllm_ops.dflash.tests.helpers.tiny_repo import process_alive
 
 COLLECTIONS = os.path.abspath(os.path.join(os.path.dirname(__file__), *[".."] * 4, ".cache", "ac"))
 
@@ -33,19 +34,6 @@ TREE = textwrap.dedent(
 )
 
 
-def alive(pid: int) -> bool:
-    """True if `pid` runs; a zombie waiting for its reaper is dead."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def wait_for_file(path: str, seconds: float = 10) -> str:
     end = time.monotonic() + seconds
     while time.monotonic() < end:
@@ -57,12 +45,7 @@ def wait_for_file(path: str, seconds: float = 10) -> str:
 
 
 def wait_dead(pid: int, seconds: float = 10) -> bool:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        if not alive(pid):
-            return True
-        time.sleep(0.1)
-    return False
+    return not process_alive(pid, settle=seconds)
 
 
 def test_captures_stdout_stderr_and_rc():
@@ -149,7 +132,7 @@ def test_sigkilled_module_still_takes_the_build_down(tmp_path):
     os.killpg(module.pid, signal.SIGKILL)
     module.wait()
     assert wait_dead(grandchild, 10), "build group survived the module's SIGKILL"
-    assert not alive(int((tmp_path / "shell.pid").read_text()))
+    assert not process_alive(int((tmp_path / "shell.pid").read_text()))
 
 
 def test_sigterm_to_module_kills_group_and_raises(tmp_path):
@@ -159,4 +142,4 @@ def test_sigterm_to_module_kills_group_and_raises(tmp_path):
     out, _ = module.communicate(timeout=20)
     assert module.returncode == 7
     assert "interrupted: interrupted by SIGTERM" in out
-    assert not alive(grandchild)
+    assert not process_alive(grandchild)

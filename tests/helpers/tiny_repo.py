@@ -23,6 +23,8 @@ from typing import Dict, Optional
 
 ROOT = Path(__file__).resolve().parents[2]
 WHEELHOUSE = ROOT / ".cache" / "wheelhouse"
+UV_DIR = ROOT / ".cache" / "uv"
+UV_VERSION = "0.13.9"
 BUILD_REQUIREMENTS = ["setuptools>=64", "setuptools-scm>=8"]
 
 PYPROJECT = """\
@@ -131,6 +133,17 @@ def wheelhouse() -> Optional[Path]:
         return None
     stamp.touch()
     return WHEELHOUSE
+
+
+def uv_bin_dir() -> Optional[Path]:
+    """A directory holding a `uv` binary (pip-installed once from PyPI into .cache/uv), or None."""
+    bin_dir = UV_DIR / "bin"
+    if (bin_dir / "uv").exists():
+        return bin_dir
+    cmd = [sys.executable, "-m", "pip", "install", "-q", "--target", str(UV_DIR), f"uv=={UV_VERSION}"]
+    if subprocess.run(cmd, capture_output=True).returncode != 0 or not (bin_dir / "uv").exists():
+        return None
+    return bin_dir
 
 
 def process_alive(pid: int, settle: float = 3.0) -> bool:

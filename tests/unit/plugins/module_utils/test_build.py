@@ -25,6 +25,7 @@ from ansible_collections.vllm_ops.dflash.tests.helpers.tiny_repo import (
     installed_version,
     make_tiny_repo,
     process_alive,
+    uv_bin_dir,
     wheelhouse,
 )
 
@@ -251,6 +252,27 @@ def test_wheel_option_installs_without_building(tiny, fleet, pip_args, tmp_path)
     assert manifest["source"] == "wheel" and manifest["commit"] == built["commit"]
     assert installed_version(os.path.join(result["release"], "venv")) == manifest["version"]
     assert not (root / "src").exists()  # nothing fetched
+
+
+def test_uv_installer_builds_the_same_commit_as_its_own_release(tiny, fleet, pip_args, monkeypatch):
+    uv_dir = uv_bin_dir()
+    if uv_dir is None:
+        pytest.skip("could not pip-install uv from PyPI into .cache/uv")
+    monkeypatch.setenv("PATH", f"{uv_dir}{os.pathsep}{os.environ['PATH']}")
+    root, results = fleet
+    result = build(options(tiny, root, "main", pip_args, installer="auto"))  # auto: uv is on PATH now
+    assert (result["changed"], result["built"], result["commit"]) == (True, True, results["main"]["commit"])
+    assert result["release_name"] != results["main"]["release_name"]  # the installer is a build input
+    manifest = json.loads(Path(result["release"], "manifest.json").read_text())
+    assert manifest["inputs"]["installer"] == "uv"
+    assert "$ uv build --wheel" in Path(result["log_path"]).read_text()
+    assert installed_version(os.path.join(result["release"], "venv")) == manifest["version"]
+
+
+def test_uv_requested_but_missing(tiny, pip_args, tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(BuildError, match="installer 'uv' requested but `uv` is not on PATH"):
+        build(options(tiny, tmp_path / "root", "main", pip_args, installer="uv"), check_mode=True)
 
 
 def test_inputs_hash_and_name():

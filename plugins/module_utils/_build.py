@@ -39,11 +39,12 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._git import (
     checkout,
     commit_exists,
     ensure_mirror,
+    fetch_short_sha,
     git_env,
     mirror_path,
     normalize_repo,
-    resolve_in_mirror,
     resolve_remote,
+    resolve_short_sha,
 )
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._lock import LockTimeout, host_lock
 
@@ -172,7 +173,8 @@ def prune_releases(root: str, keep: int, protect: Sequence[str] = ()) -> List[st
         return []
     state = read_json(os.path.join(root, "state.json"), {}) or {}
     recorded = state.get("releases") or {}
-    complete, debris = [], []
+    created: Dict[str, str] = {}
+    debris = []
     for name in os.listdir(releases_dir):
         path = os.path.join(releases_dir, name)
         if name.startswith(".") or not os.path.isdir(path) or os.path.islink(path):
@@ -181,11 +183,10 @@ def prune_releases(root: str, keep: int, protect: Sequence[str] = ()) -> List[st
         if manifest is None:
             debris.append(name)
             continue
-        created = (recorded.get(name) or {}).get("created_at") or manifest.get("built_at") or ""
-        complete.append((created, name))
-    complete.sort(reverse=True)
-    keep_names = {name for _, name in complete[:keep]} | set(_current_and_previous(root)) | set(protect)
-    doomed = [name for _, name in complete if name not in keep_names] + [n for n in debris if n not in keep_names]
+        created[name] = (recorded.get(name) or {}).get("created_at") or manifest.get("built_at") or ""
+    newest_first = sorted(created, key=lambda name: (created[name], name), reverse=True)
+    keep_names = set(newest_first[:keep]) | set(_current_and_previous(root)) | set(protect)
+    doomed = [name for name in newest_first + debris if name not in keep_names]
     for name in doomed:
         _hide_and_remove(os.path.join(releases_dir, name))
         _hide_and_remove(os.path.join(root, "wheels", name))
@@ -456,7 +457,7 @@ def build(opts: BuildOptions, check_mode: bool = False) -> Dict[str, Any]:
         _check_expected(opts, resolution.commit, repo)
 
         if resolution.commit is None:  # short SHA: read an existing mirror (no lock needed to read)
-            resolution.commit = resolve_in_mirror(repo, mirror, opts.ref, deadline.remaining(), fetch=False)
+            resolution.commit = resolve_short_sha(mirror, opts.ref, repo)
             _check_expected(opts, resolution.commit, repo)
         if resolution.commit:
             name = release_name(resolution.commit, digest)
@@ -470,12 +471,13 @@ def build(opts: BuildOptions, check_mode: bool = False) -> Dict[str, Any]:
             return _result(opts, resolution, name, digest, started, True, False, None, f"would build {name}")
 
         with host_lock(opts.root, deadline.remaining()):
-            if resolution.commit is None:
+            commit = resolution.commit
+            if commit is None:
                 fetch_log = os.path.join(opts.root, "logs", f"fetch-{os.path.basename(mirror)}.log")
-                resolution.commit = resolve_in_mirror(repo, mirror, opts.ref, deadline.remaining(), True, fetch_log)
-                _check_expected(opts, resolution.commit, repo)
-            assert resolution.commit is not None  # resolve_in_mirror(fetch=True) raises instead
-            name = release_name(resolution.commit, digest)
+                commit = fetch_short_sha(repo, mirror, opts.ref, deadline.remaining(), fetch_log)
+                resolution.commit = commit
+                _check_expected(opts, commit, repo)
+            name = release_name(commit, digest)
             paths = _Paths(opts.root, name)
             manifest = read_json(paths.manifest, None)  # built by whoever held the lock before us
             if manifest is not None:

@@ -315,8 +315,7 @@ def run(
                 argv, rc, elapsed, timed_out, log_tail=tail(log_path, tail_lines), survivors=survivors
             )
         else:
-            assert err is not None
-            stdout, stderr = (_read_all(handle) for handle in (out, err))
+            stdout, stderr = _read_all(out), _read_all(err)
             stderr_tail = redact_url("\n".join(stderr.splitlines()[-tail_lines:]))
             result = CommandResult(argv, rc, elapsed, timed_out, stdout, stderr, stderr_tail, survivors)
     if interrupted:
@@ -324,7 +323,9 @@ def run(
     return result
 
 
-def _read_all(handle: IO[bytes]) -> str:
+def _read_all(handle: Optional[IO[bytes]]) -> str:
+    if handle is None:
+        return ""
     handle.seek(0)
     return handle.read().decode("utf-8", "replace")
 

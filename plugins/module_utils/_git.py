@@ -25,12 +25,12 @@ __all__ = [
     "checkout",
     "commit_exists",
     "ensure_mirror",
+    "fetch_short_sha",
     "git_env",
     "is_full_sha",
     "ls_remote",
     "mirror_path",
     "normalize_repo",
-    "resolve_in_mirror",
     "resolve_remote",
     "resolve_short_sha",
 ]
@@ -127,9 +127,9 @@ def ls_remote(repo: str, patterns: List[str], timeout: float = QUERY_TIMEOUT) ->
         )
     refs = {}
     for line in result.stdout.splitlines():
-        sha, _, name = line.partition("\t")
-        if is_full_sha(sha) and name:
-            refs[name] = sha
+        fields = line.split("\t", 1)
+        if len(fields) == 2 and is_full_sha(fields[0]):
+            refs[fields[1]] = fields[0]
     return refs
 
 
@@ -180,7 +180,10 @@ def commit_exists(mirror: str, sha: str) -> bool:
 
 
 def resolve_short_sha(mirror: str, prefix: str, repo: str) -> Optional[str]:
-    """The one commit in `mirror` whose SHA starts with `prefix`; None if none; GitError if ambiguous."""
+    """The one commit in `mirror` whose SHA starts with `prefix`; None if none (or no mirror yet); GitError if
+    ambiguous. Only reads: safe without the host lock and in check mode."""
+    if not os.path.isdir(os.path.join(mirror, "objects")):
+        return None
     prefix = prefix.lower()
     found = _git(["rev-parse", "--disambiguate=" + prefix], QUERY_TIMEOUT, git_dir=mirror)
     candidates = [line.strip() for line in found.stdout.splitlines() if is_full_sha(line.strip())]
@@ -225,24 +228,17 @@ def ensure_mirror(
     _check(_git(args, timeout, git_dir=mirror, log_path=log_path, long_running=True), "git fetch", repo, timeout)
 
 
-def resolve_in_mirror(
-    repo: str, mirror: str, prefix: str, timeout: float, fetch: bool, log_path: Optional[str] = None
-) -> Optional[str]:
-    """Resolve a short SHA in the mirror; with `fetch`, fetch first if unknown and fail if still unknown.
-
-    Without `fetch` (check mode, or a read before taking the host lock) the mirror is only read, and
-    only if it exists; None means "not known yet".
-    """
-    have_mirror = os.path.isdir(os.path.join(mirror, "objects"))
-    commit = resolve_short_sha(mirror, prefix, repo) if have_mirror else None
-    if commit is None and fetch:
+def fetch_short_sha(repo: str, mirror: str, prefix: str, timeout: float, log_path: Optional[str] = None) -> str:
+    """Resolve a short SHA in the mirror, fetching first if it is not known there; GitError if unknown."""
+    commit = resolve_short_sha(mirror, prefix, repo)
+    if commit is None:
         ensure_mirror(repo, mirror, timeout, log_path)
         commit = resolve_short_sha(mirror, prefix, repo)
-        if commit is None:
-            raise GitError(
-                f"ref {prefix!r} not found in {redact_url(repo)}: no branch, tag or commit starting with it "
-                "(a commit reachable only from refs/pull/* needs refs/pull/N/head or a full SHA)"
-            )
+    if commit is None:
+        raise GitError(
+            f"ref {prefix!r} not found in {redact_url(repo)}: no branch, tag or commit starting with it "
+            "(a commit reachable only from refs/pull/* needs refs/pull/N/head or a full SHA)"
+        )
     return commit
 
 

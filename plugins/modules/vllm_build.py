@@ -192,7 +192,7 @@ requested_ref:
   type: str
   sample: refs/pull/40898/head
 release:
-  description: The release directory (it exists unless in check mode with RV(changed=true)).
+  description: The release directory (it exists unless in check mode with C(changed=true)).
   returned: always
   type: str
   sample: /opt/vllm/releases/3cfc8f8b7a1b-1a2b3c4d

@@ -13,9 +13,9 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._git import (
     checkout,
     commit_exists,
     ensure_mirror,
+    fetch_short_sha,
     git_env,
     mirror_path,
-    resolve_in_mirror,
     resolve_remote,
     resolve_short_sha,
 )
@@ -138,14 +138,14 @@ def test_short_sha_resolves_in_the_mirror(tiny, mirror):
     assert resolve_short_sha(mirror, "0000000", str(repo)) is None
 
 
-def test_resolve_in_mirror_fetches_only_when_allowed(tiny, tmp_path):
+def test_short_sha_reads_without_a_mirror_and_fetches_on_demand(tiny, tmp_path):
     repo, shas = tiny
     path = mirror_path(str(tmp_path), str(repo))
-    assert resolve_in_mirror(str(repo), path, shas["c2"][:9], 60, fetch=False) is None
-    assert not os.path.exists(path)  # check mode: nothing created
-    assert resolve_in_mirror(str(repo), path, shas["c2"][:9], 60, fetch=True) == shas["c2"]
+    assert resolve_short_sha(path, shas["c2"][:9], str(repo)) is None
+    assert not os.path.exists(path)  # reading (check mode) creates nothing
+    assert fetch_short_sha(str(repo), path, shas["c2"][:9], 60) == shas["c2"]
     with pytest.raises(GitError, match="no branch, tag or commit starting with it"):
-        resolve_in_mirror(str(repo), path, "abcdef0", 60, fetch=True)
+        fetch_short_sha(str(repo), path, "abcdef0", 60)
 
 
 def test_ambiguous_short_sha_is_refused(tmp_path):

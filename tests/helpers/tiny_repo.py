@@ -129,7 +129,7 @@ def wheelhouse() -> Optional[Path]:
         return WHEELHOUSE
     WHEELHOUSE.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "pip", "download", "-q", "--only-binary", ":all:", "-d", str(WHEELHOUSE)]
-    if subprocess.run(cmd + BUILD_REQUIREMENTS, capture_output=True).returncode != 0:
+    if subprocess.run(cmd + BUILD_REQUIREMENTS, capture_output=True, check=False).returncode != 0:
         return None
     stamp.touch()
     return WHEELHOUSE
@@ -141,7 +141,7 @@ def uv_bin_dir() -> Optional[Path]:
     if (bin_dir / "uv").exists():
         return bin_dir
     cmd = [sys.executable, "-m", "pip", "install", "-q", "--target", str(UV_DIR), f"uv=={UV_VERSION}"]
-    if subprocess.run(cmd, capture_output=True).returncode != 0 or not (bin_dir / "uv").exists():
+    if subprocess.run(cmd, capture_output=True, check=False).returncode != 0 or not (bin_dir / "uv").exists():
         return None
     return bin_dir
 

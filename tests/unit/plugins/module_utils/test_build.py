@@ -68,7 +68,7 @@ def fleet(tiny, pip_args, tmp_path_factory):
 
 @pytest.mark.parametrize("key", list(REFS))
 def test_each_kind_of_ref_builds_its_commit(tiny, fleet, key):
-    _, shas = tiny
+    shas = tiny[1]
     root, results = fleet
     result = results[key]
     commit = shas[REFS[key]]
@@ -124,7 +124,7 @@ def test_check_mode_on_a_built_root_reports_no_change(tiny, fleet, pip_args):
 
 
 def test_branch_bump_builds_exactly_one_new_release(tiny, fleet, pip_args):
-    repo, _ = tiny
+    repo = tiny[0]
     root, results = fleet
     # A new branch name on an already built commit is the same release.
     same = build(options(tiny, root, "bump", pip_args))
@@ -153,7 +153,7 @@ def _assert_nothing_left(root: Path, name_prefix: str) -> None:
 
 
 def test_timeout_kills_the_build_and_leaves_no_release(tiny, pip_args, tmp_path):
-    _, shas = tiny
+    shas = tiny[1]
     root = tmp_path / "opt-vllm"
     _fake_current(root)
     marker = tmp_path / "slow.pid"
@@ -178,7 +178,7 @@ def test_timeout_kills_the_build_and_leaves_no_release(tiny, pip_args, tmp_path)
 
 
 def test_compile_error_names_the_cause_and_keeps_the_log(tiny, pip_args, tmp_path):
-    _, shas = tiny
+    shas = tiny[1]
     root = tmp_path / "opt-vllm"
     _fake_current(root)
     with pytest.raises(BuildError) as info:
@@ -212,14 +212,14 @@ def test_fails_before_building_and_writes_nothing(tiny, pip_args, tmp_path, ref,
 
 
 def test_expected_commit_prefix_that_matches_passes(tiny, pip_args, tmp_path):
-    _, shas = tiny
+    shas = tiny[1]
     opts = options(tiny, tmp_path / "root", "main", pip_args, expected_commit=shas["c3"][:10].upper())
     assert build(opts, check_mode=True)["commit"] == shas["c3"]
 
 
 @pytest.mark.parametrize("key", ["main", "short", "refs/pull/1/head"])
 def test_check_mode_writes_nothing(tiny, pip_args, tmp_path, key):
-    _, shas = tiny
+    shas = tiny[1]
     root = tmp_path / "root"
     result = build(options(tiny, root, ref_of(tiny, key), pip_args), check_mode=True)
     assert (result["changed"], result["built"], result["wheel"], result["log_path"]) == (True, False, None, None)
@@ -240,7 +240,7 @@ def test_check_mode_uses_an_existing_mirror_for_a_short_sha(tiny, fleet, pip_arg
 
 def test_wheel_option_installs_without_building(tiny, fleet, pip_args, tmp_path):
     """Build once, distribute: another host installs the wheel and names the release the same."""
-    _, results = fleet
+    results = fleet[1]
     built = results["main"]
     root = tmp_path / "other-host"
     result = build(options(tiny, root, "main", pip_args, wheel=built["wheel"]))

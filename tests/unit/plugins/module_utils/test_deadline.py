@@ -139,7 +139,7 @@ def test_sigterm_to_module_kills_group_and_raises(tmp_path):
     module = _module_running_tree(tmp_path)
     grandchild = int(wait_for_file(str(tmp_path / "grandchild.pid")))
     module.send_signal(signal.SIGTERM)
-    out, _ = module.communicate(timeout=20)
+    out = module.communicate(timeout=20)[0]
     assert module.returncode == 7
     assert "interrupted: interrupted by SIGTERM" in out
     assert not process_alive(grandchild)

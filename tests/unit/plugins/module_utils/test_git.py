@@ -36,7 +36,7 @@ def tiny(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def mirror(tiny, tmp_path_factory):
-    repo, _ = tiny
+    repo = tiny[0]
     path = mirror_path(str(tmp_path_factory.mktemp("root")), str(repo))
     ensure_mirror(str(repo), path, timeout=60, extra=["refs/pull/1/head"])
     return path
@@ -75,21 +75,21 @@ def test_short_sha_needs_the_mirror(tiny):
 
 @pytest.mark.parametrize("ref", ["no-such-branch", "refs/pull/99/head", "refs/tags/nope"])
 def test_unknown_ref(tiny, ref):
-    repo, _ = tiny
+    repo = tiny[0]
     with pytest.raises(GitError, match=r"not found|does not exist") as info:
         resolve_remote(str(repo), ref)
     assert repr(ref) in str(info.value) and str(repo) in str(info.value)
 
 
 def test_branch_and_tag_of_the_same_name_are_refused(tiny):
-    repo, _ = tiny
+    repo = tiny[0]
     with pytest.raises(GitError, match=r"both a branch .* and a tag .*refs/heads/clash or ref: refs/tags/clash"):
         resolve_remote(str(repo), "clash")
 
 
 @pytest.mark.parametrize("ref", ["", "-uupload-pack=touch /tmp/x", "a..b", "main~1", "x y"])
 def test_invalid_refs_are_refused(tiny, ref):
-    repo, _ = tiny
+    repo = tiny[0]
     with pytest.raises(GitError, match="not a valid git ref"):
         resolve_remote(str(repo), ref)
 
@@ -177,7 +177,7 @@ def test_fetch_by_sha_of_a_commit_on_no_ref(tiny, tmp_path):
 
 @pytest.mark.parametrize("label", ["c3", "p1"])
 def test_checkout_has_full_history_and_tags(tiny, mirror, tmp_path, label):
-    _, shas = tiny
+    shas = tiny[1]
     dest = tmp_path / "build" / "src"
     checkout(mirror, shas[label], str(dest), 60)
     assert git(dest, "rev-parse", "HEAD") == shas[label]

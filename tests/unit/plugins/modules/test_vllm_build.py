@@ -31,7 +31,12 @@ def run_module(tmp_path: Path, check_mode: bool = False, **args) -> dict:
     args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {**args, "_ansible_check_mode": check_mode}}))
     env = dict(os.environ, PYTHONPATH=str(COLLECTIONS))
     proc = subprocess.run(
-        [sys.executable, "-m", MODULE, str(args_file)], capture_output=True, text=True, env=env, timeout=120
+        [sys.executable, "-m", MODULE, str(args_file)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
     )
     return {**json.loads(proc.stdout), "_stdout": proc.stdout}
 
@@ -93,7 +98,7 @@ def test_failure_before_building_redacts_the_token(tiny, tmp_path):
 
 
 def test_unknown_ref_fails_with_the_fix(tiny, tmp_path):
-    repo, _ = tiny
+    repo = tiny[0]
     result = run_module(tmp_path, repo=str(repo), ref="nope", root=str(tmp_path / "root"), python=sys.executable)
     assert result["failed"] is True
     assert "ref 'nope' not found" in result["msg"] and "give an existing branch" in result["msg"]

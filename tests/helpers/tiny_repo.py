@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]
 WHEELHOUSE = ROOT / ".cache" / "wheelhouse"
 UV_DIR = ROOT / ".cache" / "uv"
 UV_VERSION = "0.13.9"
-BUILD_REQUIREMENTS = ["setuptools>=64", "setuptools-scm>=8"]
+# Build requirements of tinypkg and of the fixture engine, plus the engine's one dependency.
+BUILD_REQUIREMENTS = ["setuptools>=64", "setuptools-scm>=8", "PyYAML"]
 
 PYPROJECT = """\
 [build-system]
@@ -123,8 +124,8 @@ def add_commit(repo: Path, branch: str, label: str) -> str:
 
 
 def wheelhouse() -> Optional[Path]:
-    """A local wheelhouse with the build requirements (downloaded once from PyPI, then cached)."""
-    stamp = WHEELHOUSE / ".complete"
+    """A local wheelhouse with BUILD_REQUIREMENTS (downloaded once from PyPI, then cached)."""
+    stamp = WHEELHOUSE / (".complete-" + "-".join(BUILD_REQUIREMENTS).replace(">=", "").replace("/", ""))
     if stamp.exists():
         return WHEELHOUSE
     WHEELHOUSE.mkdir(parents=True, exist_ok=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -28,8 +29,6 @@ from ansible_collections.vllm_ops.dflash.tests.helpers.tiny_repo import (
     uv_bin_dir,
     wheelhouse,
 )
-
-pytestmark = pytest.mark.engine  # real git + real pip builds
 
 # ref -> label of the commit it must build; the short SHA is filled in from the repo.
 REFS = {"main": "c3", "v1.0.0": "c1", "short": "c2", "refs/pull/1/head": "p1"}
@@ -273,6 +272,23 @@ def test_uv_requested_but_missing(tiny, pip_args, tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     with pytest.raises(BuildError, match="installer 'uv' requested but `uv` is not on PATH"):
         build(options(tiny, tmp_path / "root", "main", pip_args, installer="uv"), check_mode=True)
+
+
+@pytest.mark.engine
+def test_fixture_engine_pull_request_builds_with_its_c_extensions(pip_args, tmp_path):
+    """The fixture engine (a vLLM stand-in with real C extensions), installed from a PR head like z-lab's."""
+    engine_repo = pytest.importorskip("ansible_collections.vllm_ops.dflash.tests.helpers.engine_repo")
+    repo = tmp_path / "engine"
+    refs = engine_repo.create_engine_repo(repo)
+    opts = BuildOptions(str(repo), "refs/pull/1/head", root=str(tmp_path / "root"), python=sys.executable)
+    opts.pip_args = pip_args
+    result = build(opts)
+    assert (result["built"], result["commit"]) == (True, refs["refs/pull/1/head"])
+    venv_python = os.path.join(result["release"], "venv", "bin", "python")
+    code = "import vllm, vllm._C, vllm._moe_C; print(vllm.__version__)"
+    version = subprocess.run([venv_python, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert version == engine_repo.scm_version(repo, result["commit"])
+    assert json.loads(Path(result["release"], "manifest.json").read_text())["version"] == version
 
 
 def test_inputs_hash_and_name():

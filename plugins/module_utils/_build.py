@@ -11,6 +11,7 @@ and the checkout go, the log stays, and `current` is never touched (activation i
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -311,10 +312,14 @@ class _Builder:
         extra = [resolution.full_ref] if resolution.kind == "ref" and resolution.full_ref else []
         try:
             ensure_mirror(repo, mirror, self.deadline.remaining(), self.paths.log, extra)
-            if not commit_exists(mirror, commit):  # a SHA reachable from no branch or tag
-                ensure_mirror(repo, mirror, self.deadline.remaining(), self.paths.log, [commit])
+            if not commit_exists(mirror, commit):  # a SHA reachable from no branch or tag: ask for it
+                with contextlib.suppress(GitError):  # a server that refuses says so in the log
+                    ensure_mirror(repo, mirror, self.deadline.remaining(), self.paths.log, [commit])
             if not commit_exists(mirror, commit):
-                raise BuildError(f"commit {commit} does not exist in {redact_url(repo)}; check `ref`")
+                raise BuildError(
+                    f"commit {commit} does not exist in {redact_url(repo)} (or the server does not serve it by SHA);"
+                    " check `ref`, or name it by a branch, tag or refs/pull/N/head"
+                )
             checkout(mirror, commit, self.paths.src, self.deadline.remaining(), self.paths.log)
         except GitError as exc:
             raise BuildError(str(exc)) from exc

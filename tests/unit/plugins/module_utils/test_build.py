@@ -210,6 +210,14 @@ def test_fails_before_building_and_writes_nothing(tiny, pip_args, tmp_path, ref,
     assert not (tmp_path / "root").exists()
 
 
+def test_unknown_full_sha_fails_before_the_venv(tiny, pip_args, tmp_path):
+    root = tmp_path / "root"
+    with pytest.raises(BuildError, match=f"commit {'ab' * 20} does not exist in {tiny[0]}"):
+        build(options(tiny, root, "ab" * 20, pip_args))
+    assert not (root / "releases").exists() and not (root / "wheels").exists()
+    assert list((root / "logs").glob("build-abababababab-*.log"))  # the log says what was tried
+
+
 def test_expected_commit_prefix_that_matches_passes(tiny, pip_args, tmp_path):
     shas = tiny[1]
     opts = options(tiny, tmp_path / "root", "main", pip_args, expected_commit=shas["c3"][:10].upper())

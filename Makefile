@@ -8,9 +8,12 @@ STAMP := $(VENV)/.installed-$(shell sha256sum requirements-test.txt | cut -c1-12
 AC := .cache/ac
 COLL := $(AC)/ansible_collections/vllm_ops/dflash
 SANITY_PY ?= 3.11
+# Outside the checkout: inside it, ansible-test would take the checkout's git for the file list.
+SANITY_DIR ?= /tmp/vllm-ops-sanity
 SCENARIOS ?= default fleet
 WHEELHOUSE := .cache/wheelhouse
 export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/$(AC)
+export PATH := $(CURDIR)/$(BIN):$(PATH)
 export ANSIBLE_FORCE_COLOR := 0
 export PY_COLORS := 0
 
@@ -63,10 +66,12 @@ build: venv
 ## sanity: ansible-test sanity on the built and installed collection
 sanity: build
 	bash tests/tools/seed_ansible_test_pip.sh $(BIN)/python
-	rm -rf .cache/sanity && mkdir -p .cache/sanity
-	$(BIN)/ansible-galaxy collection install -p .cache/sanity build/vllm_ops-dflash-*.tar.gz
-	cd .cache/sanity/ansible_collections/vllm_ops/dflash && \
-	  $(CURDIR)/$(BIN)/ansible-test sanity --venv --python $(SANITY_PY) --color no
+	rm -rf $(SANITY_DIR) && mkdir -p $(SANITY_DIR)
+	ANSIBLE_COLLECTIONS_PATH=$(SANITY_DIR) $(BIN)/ansible-galaxy collection install --force \
+	  -p $(SANITY_DIR) build/vllm_ops-dflash-*.tar.gz
+	cd $(SANITY_DIR)/ansible_collections/vllm_ops/dflash && \
+	  ANSIBLE_COLLECTIONS_PATH=$(SANITY_DIR) $(CURDIR)/$(BIN)/ansible-test sanity --venv \
+	  --python $(SANITY_PY) --color no
 
 molecule: venv testhost wheelhouse $(COLL)
 	for s in $(SCENARIOS); do $(BIN)/molecule test -s $$s || exit 1; done

@@ -19,7 +19,8 @@ from typing import Any
 __all__ = ["read_json", "redact_url", "sha256_file", "utc_now", "write_json_atomic"]
 
 # scheme://user[:password]@host...  -> the userinfo part is a secret (tokens travel there).
-_URL_USERINFO = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^@/?#]*)@")
+# Not anchored: the same pattern cleans URLs inside error messages and log lines.
+_URL_USERINFO = re.compile(r"(?<![A-Za-z0-9+.-])(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^@/?#\s'\"`]*)@")
 
 
 def write_json_atomic(path: str, data: Any) -> None:
@@ -86,7 +87,7 @@ def sha256_file(path: str) -> str:
 
 
 def redact_url(url: str) -> str:
-    """`url` with any user/password/token removed from its authority part.
+    """`url` (or any text containing URLs) with user/password/token removed from authority parts.
 
     `https://user:token@host/x.git` -> `https://host/x.git`. scp-like ssh addresses (`git@host:x.git`)
     local paths and an ssh user name without a password (`ssh://git@host/x.git`) carry no secret and

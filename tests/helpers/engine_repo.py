@@ -20,7 +20,7 @@ Refs (annotated tags map to the commit they point at):
     refs/heads/fault/broken-ext     main + a syntax error in csrc/ops.c: the build fails
     refs/heads/fault/missing-so     main + csrc/fixture-faults.json: the build succeeds without vllm._moe_C
     refs/heads/fault/crash-on-start main + CRASH_ON_START = True: `vllm serve` exits 1 right after start
-    refs/heads/fault/no-probe       main without the DFlash aux-layer +1 line and `_resolve_layer_attention`
+    refs/heads/fault/no-probe       main with the probed DFlash files as vLLM 0.20.1 wrote them (faults/no-probe/)
 Each fault branch is main + 1 commit (0.1.dev6+g<hash>). A bump adds one commit to NEWS.md.
 """
 
@@ -55,25 +55,16 @@ MAIN_STAGES = (
 )
 assert len(MAIN_STAGES) == MAIN_COMMITS
 # Build outputs never belong in the repository (same list as the engine's .gitignore).
-SKIP_DIRS = {"__pycache__", "build", "dist", ".eggs", ".git"}
+SKIP_DIRS = {"__pycache__", "build", "dist", ".eggs", ".git", ".mypy_cache", ".ruff_cache", ".pytest_cache"}
 SKIP_FILES = {"vllm/_version.py"}
+# Files that fault branches lay over main's (faults/<branch>/vllm/...); never part of main's tree.
+FAULTS_DIR = "faults"
 SKIP_SUFFIXES = (".pyc", ".so", ".egg-info")
 
 EAGLE3_UTILS = "vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py"
 QWEN3_DFLASH = "vllm/model_executor/models/qwen3_dflash.py"
-AUX_LAYER_FIX = "layer_ids = [i + 1 for i in target_layer_ids]"
-# qwen3_dflash.py as it was before sliding-window drafter layers were supported (vLLM PR #40898's bug).
-QWEN3_DFLASH_BEFORE_SLIDING_WINDOW = '''"""DFlash drafter layers on a Qwen3 target (fixture, no sliding windows)."""
-
-from __future__ import annotations
-
-from typing import Any, List, Mapping, Optional
-
-
-def layer_attention_plan(config: Mapping[str, Any]) -> List[Optional[int]]:
-    """Every drafter layer runs full attention: the drafter's per-layer attention types are not read."""
-    return [None] * int(config.get("num_hidden_layers") or 1)
-'''
+# vLLM 0.20.1 has no DFlash speculator on Model Runner V2: fault/no-probe drops main's.
+V2_DFLASH_SPECULATOR = "vllm/v1/worker/gpu/spec_decode/dflash"
 
 
 class EngineRepoError(RuntimeError):
@@ -120,11 +111,12 @@ def git(
     return result.stdout.strip()
 
 
-def source_files(source: Path) -> List[str]:
-    """Relative paths of the engine's source files, without build outputs."""
+def source_files(source: Path, top: bool = True) -> List[str]:
+    """Relative paths of the engine's source files, without build outputs (nor, at the top, the fault overlays)."""
     files = []
     for root, dirs, names in os.walk(source):
-        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.endswith(SKIP_SUFFIXES))
+        skip = SKIP_DIRS | {FAULTS_DIR} if top and Path(root) == source else SKIP_DIRS
+        dirs[:] = sorted(d for d in dirs if d not in skip and not d.endswith(SKIP_SUFFIXES))
         for name in sorted(names):
             rel = Path(root, name).relative_to(source).as_posix()
             if rel not in SKIP_FILES and not name.endswith(SKIP_SUFFIXES):
@@ -150,6 +142,16 @@ class _Builder:
         path = self.work / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
+
+    def remove(self, rel: str) -> None:
+        git(self.work, "rm", "-r", "-q", "--", rel)
+
+    def overlay(self, directory: Path) -> None:
+        """Copy the `vllm/` files under `directory` over the work tree."""
+        if not (directory / "vllm").is_dir():
+            raise EngineRepoError(f"{directory / 'vllm'} is missing: the engine source lacks its fault overlay")
+        for rel in source_files(directory / "vllm", top=False):
+            self.write(f"vllm/{rel}", (directory / "vllm" / rel).read_text(encoding="utf-8"))
 
     def edit(self, rel: str, old: str, new: str) -> None:
         text = (self.work / rel).read_text(encoding="utf-8")
@@ -215,12 +217,9 @@ def _populate(work: Path, source: Path) -> None:
     b.commit("fault: vllm serve crashes right after it starts")
 
     b.branch_from_main("fault/no-probe")
-    b.edit(EAGLE3_UTILS, AUX_LAYER_FIX, "layer_ids = list(target_layer_ids)")
-    b.edit(
-        EAGLE3_UTILS, "            # DFlash names the output of decoder layer L, which is hidden_states[L + 1].\n", ""
-    )
-    b.write(QWEN3_DFLASH, QWEN3_DFLASH_BEFORE_SLIDING_WINDOW)
-    b.commit("fault: a checkout from before the DFlash aux-layer and sliding-window fixes")
+    b.overlay(source / FAULTS_DIR / "no-probe")
+    b.remove(V2_DFLASH_SPECULATOR)
+    b.commit("fault: the DFlash code of vLLM 0.20.1 (no aux-layer +1, no sliding windows, no DFlash on V2)")
 
     git(work, "checkout", "-q", "main")
 

@@ -13,6 +13,8 @@ if podman image exists "$IMAGE" && [ "$(podman image inspect -f '{{ index .Label
 fi
 tmp=$(mktemp -d /dev/shm/testhost.XXXXXX)   # dpkg on tmpfs is ~3.5x faster than on this disk
 trap 'rm -rf "$tmp"' EXIT
+# The hooks are run by mmdebstrap with the rootfs as $1: single quotes on purpose.
+# shellcheck disable=SC2016
 TMPDIR=$tmp mmdebstrap --quiet --variant=apt --include="$PKGS" \
   --customize-hook='rm -f "$1"/etc/machine-id; touch "$1"/etc/machine-id' \
   --customize-hook='rm -rf "$1"/var/cache/apt/archives/*.deb "$1"/var/lib/apt/lists/*' \

@@ -65,6 +65,10 @@ def test_sha256_file(tmp_path):
         ("/srv/git/vllm", "/srv/git/vllm"),
         ("file:///srv/git/vllm", "file:///srv/git/vllm"),
         ("https://host/path@v1", "https://host/path@v1"),
+        (
+            "fatal: unable to access 'https://x:tok@h/r.git/': 403; see https://u@h2/a",
+            "fatal: unable to access 'https://h/r.git/': 403; see https://h2/a",
+        ),
     ],
 )
 def test_redact_url(url, expected):

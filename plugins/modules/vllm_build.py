@@ -1,0 +1,301 @@
+#!/usr/bin/python
+# Copyright (c) vllm_ops.dflash contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: vllm_build
+short_description: Build a pinned git ref of vLLM into a release, under a deadline
+description:
+  - Resolves O(ref) of O(repo) to a full commit SHA, then builds a wheel of that commit and installs it into a
+    new virtual environment O(root)C(/releases/<sha12>-<inputs8>/venv), where C(<inputs8>) is a hash of the
+    build inputs (interpreter path and version, installer, O(build_env), O(build_isolation),
+    O(system_site_packages), O(pip_args)). The same commit built with the same inputs always maps to the same
+    release, so a re-run is a path lookup and does nothing.
+  - The ref is resolved with C(git ls-remote) first (no fetch). The source is fetched into a bare mirror
+    O(root)C(/src/<repo>.git) with full history and all tags (never shallow, the version
+    C(0.1.devN+g<hash>) depends on it) only when a build is needed or O(ref) is a short SHA.
+  - A release is complete only when its C(manifest.json) exists; the module writes it last. On any failure
+    (timeout, compile error, install error) the half release and the build checkout are removed, the build
+    log under O(root)C(/logs/) is kept, and the error names the log and shows its last lines.
+  - O(build_timeout) is one deadline for fetch, checkout, venv creation, wheel build and install. On expiry the
+    whole process group of the running step (pip, cmake, ninja, nvcc ...) gets SIGTERM, then SIGKILL after a
+    grace period. If the module itself is killed (for example by an C(async) timeout) a watchdog process
+    takes the build's process group down too.
+  - One build or release swap at a time per host, through the lock O(root)C(/.lock).
+  - It never changes O(root)C(/current); activate a release with M(vllm_ops.dflash.vllm_release).
+  - After a successful build, releases beyond O(keep_releases) are deleted (never the current or previous one
+    recorded in C(state.json) or pointed to by C(current)).
+version_added: 0.1.0
+author: vllm_ops maintainers (@vllm-ops)
+extends_documentation_fragment:
+  - vllm_ops.dflash.attributes
+attributes:
+  check_mode:
+    support: full
+    details:
+      - Resolves the ref with C(git ls-remote) and reports whether a build would happen; writes nothing (no
+        mirror, no lock file). A short SHA is resolved only if the mirror already exists; otherwise RV(commit)
+        is null and a build is reported.
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+    details:
+      - A second run with the same ref (resolving to the same commit) and inputs reports no change.
+options:
+  repo:
+    description:
+      - The git repository, as an https, ssh or file URL, or a path on the host.
+      - Credentials in an https URL (C(https://user:TOKEN@host/...)) are used for git but removed from every
+        output, log header and C(manifest.json), and never stored in the mirror's config.
+    type: str
+    required: true
+  ref:
+    description:
+      - What to build - a branch, a tag (an annotated tag is peeled to its commit), a full or short commit SHA, or
+        any C(refs/...) name such as C(refs/pull/40898/head).
+      - A name that is both a branch and a tag of different commits is refused; write C(refs/heads/NAME) or
+        C(refs/tags/NAME).
+      - A short SHA needs the mirror (it is fetched if the commit is unknown there); an ambiguous one is refused.
+    type: str
+    required: true
+  expected_commit:
+    description:
+      - Fail before building unless O(ref) resolves to this commit (full SHA or a prefix of it). Guards against a
+        branch that moved since the deployment was reviewed.
+    type: str
+  root:
+    description: The vLLM root holding C(releases/), C(wheels/), C(src/), C(build/), C(logs/) and C(.lock).
+    type: path
+    default: /opt/vllm
+  python:
+    description:
+      - The interpreter to create the release venv with, as a command on PATH or a path. Its absolute path and
+        version are build inputs.
+      - It needs the C(venv) module with C(ensurepip) (Debian and Ubuntu - the C(python3-venv) package) unless
+        the installer is uv.
+    type: str
+    default: python3
+  installer:
+    description:
+      - What creates the venv, builds the wheel and installs it. V(pip) - C(python -m venv), C(pip wheel),
+        C(pip install). V(uv) - C(uv venv), C(uv build --wheel), C(uv pip install). V(auto) - uv if C(uv) is on
+        PATH, else pip. The resolved installer is a build input.
+    type: str
+    choices: [auto, uv, pip]
+    default: auto
+  build_env:
+    description:
+      - Extra environment for every build step, on top of the module's environment, for example C(MAX_JOBS),
+        C(NVCC_THREADS), C(TORCH_CUDA_ARCH_LIST), C(VLLM_USE_PRECOMPILED). C(LC_ALL=C) is always set.
+      - It is a build input, so changing it builds a new release. It is recorded in C(manifest.json); do not put
+        secrets here.
+    type: dict
+    default: {}
+  build_timeout:
+    description: Seconds for the whole fetch + checkout + venv + wheel build + install.
+    type: int
+    default: 3600
+  keep_releases:
+    description:
+      - How many of the newest releases to keep after a successful build, besides the current and previous ones.
+        V(0) never deletes anything.
+    type: int
+    default: 3
+  build_isolation:
+    description:
+      - Build the wheel in an isolated environment with the project's declared build requirements (pip's
+        default). V(false) passes C(--no-build-isolation) - the build requirements (for vLLM - torch, cmake,
+        ninja, setuptools-scm ...) must then already be in the venv, usually with O(system_site_packages).
+    type: bool
+    default: true
+  system_site_packages:
+    description: Create the venv with C(--system-site-packages) (for example to use a system-wide torch).
+    type: bool
+    default: false
+  pip_args:
+    description:
+      - Extra arguments for every pip or uv call (wheel build, build requirements, install), for example
+        C([--no-index, --find-links, /srv/wheelhouse]) on an air-gapped host, or C([--extra-index-url, URL]).
+      - They are a build input.
+    type: list
+    elements: str
+    default: []
+  wheel:
+    description:
+      - Path of a wheel on the host to install instead of building (build once, copy the wheel to the other
+        hosts). O(ref) is still resolved, because the release name and C(manifest.json) carry the commit. A copy
+        is kept under O(root)C(/wheels/<name>/); C(manifest.json) records C(source=wheel).
+    type: path
+notes:
+  - A wheel already present in O(root)C(/wheels/<name>/) (left by an earlier run whose install failed, or put
+    there by hand) is installed instead of building again; delete that directory to force a rebuild.
+  - Run long builds with C(async) and C(poll) so that a dropped SSH connection does not end them.
+seealso:
+  - module: vllm_ops.dflash.vllm_release
+  - module: vllm_ops.dflash.vllm_facts
+"""
+
+EXAMPLES = r"""
+- name: Build the DFlash PR branch of vLLM (resolved once, then a no-op while the PR head does not move)
+  vllm_ops.dflash.vllm_build:
+    repo: https://github.com/vllm-project/vllm.git
+    ref: refs/pull/40898/head
+    build_timeout: 7200
+    build_env:
+      MAX_JOBS: "16"
+      NVCC_THREADS: "2"
+      TORCH_CUDA_ARCH_LIST: "9.0"
+  async: 7500
+  poll: 30
+  register: vllm_build
+
+- name: Pin a reviewed commit and refuse to build anything else
+  vllm_ops.dflash.vllm_build:
+    repo: https://github.com/vllm-project/vllm.git
+    ref: main
+    expected_commit: 3cfc8f8b7a1b
+    build_env:
+      VLLM_USE_PRECOMPILED: "1"
+
+- name: Air-gapped host - build requirements and dependencies come from a local wheelhouse
+  vllm_ops.dflash.vllm_build:
+    repo: /srv/git/vllm.git
+    ref: v0.26.0
+    python: /usr/bin/python3.12
+    installer: pip
+    pip_args: [--no-index, --find-links, /srv/wheelhouse]
+
+- name: Private fork over https with a token (removed from every output)
+  vllm_ops.dflash.vllm_build:
+    repo: "https://oauth2:{{ vault_git_token }}@git.example.com/ml/vllm.git"
+    ref: dflash-fixes
+
+- name: Install the wheel built on the first host, on the others
+  vllm_ops.dflash.vllm_build:
+    repo: https://github.com/vllm-project/vllm.git
+    ref: "{{ hostvars[groups['gpu'][0]].vllm_build.commit }}"
+    wheel: "/tmp/{{ hostvars[groups['gpu'][0]].vllm_build.wheel | basename }}"
+"""
+
+RETURN = r"""
+commit:
+  description: The full SHA that O(ref) resolved to. Null only in check mode for a short SHA without a mirror.
+  returned: always
+  type: str
+  sample: 3cfc8f8b7a1b2c3d4e5f60718293a4b5c6d7e8f9
+requested_ref:
+  description: O(ref) as given.
+  returned: always
+  type: str
+  sample: refs/pull/40898/head
+release:
+  description: The release directory (it exists unless in check mode with C(changed=true)).
+  returned: always
+  type: str
+  sample: /opt/vllm/releases/3cfc8f8b7a1b-1a2b3c4d
+release_name:
+  description: C(<first 12 hex of the commit>-<first 8 hex of the inputs hash>).
+  returned: always
+  type: str
+  sample: 3cfc8f8b7a1b-1a2b3c4d
+built:
+  description: Whether a wheel was built from source in this run (false when the release existed, in check
+    mode, and when a given or earlier wheel was installed).
+  returned: always
+  type: bool
+wheel:
+  description: The wheel the release was installed from, under O(root)C(/wheels/<name>/). Null in check mode.
+  returned: always
+  type: str
+  sample: /opt/vllm/wheels/3cfc8f8b7a1b-1a2b3c4d/vllm-0.1.dev16016+g3cfc8f8b7-cp38-abi3-linux_x86_64.whl
+wheel_sha256:
+  description: sha256 of RV(wheel).
+  returned: always
+  type: str
+log_path:
+  description: The build log of the release (kept after success and failure). Null in check mode.
+  returned: always
+  type: str
+  sample: /opt/vllm/logs/build-3cfc8f8b7a1b-1a2b3c4d-20261129T200000Z.log
+duration:
+  description: Seconds this run took.
+  returned: always
+  type: float
+inputs_hash:
+  description: sha256 of the canonical JSON of the build inputs (see C(manifest.json) C(inputs)).
+  returned: always
+  type: str
+pruned:
+  description: Release names deleted because of O(keep_releases).
+  returned: always
+  type: list
+  elements: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._build import BuildError, BuildOptions, build
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import redact_url
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "repo": {"type": "str", "required": True},
+            "ref": {"type": "str", "required": True},
+            "expected_commit": {"type": "str"},
+            "root": {"type": "path", "default": "/opt/vllm"},
+            "python": {"type": "str", "default": "python3"},
+            "installer": {"type": "str", "choices": ["auto", "uv", "pip"], "default": "auto"},
+            "build_env": {"type": "dict", "default": {}},
+            "build_timeout": {"type": "int", "default": 3600},
+            "keep_releases": {"type": "int", "default": 3},
+            "build_isolation": {"type": "bool", "default": True},
+            "system_site_packages": {"type": "bool", "default": False},
+            "pip_args": {"type": "list", "elements": "str", "default": []},
+            "wheel": {"type": "path"},
+        },
+        supports_check_mode=True,
+    )
+    params = module.params
+    # A token in the URL must not come back in `invocation`; the core still gets the real URL.
+    module.no_log_values.update(_url_secrets(params["repo"]))
+    if params["build_timeout"] <= 0:
+        module.fail_json(msg=f"build_timeout must be a positive number of seconds, got {params['build_timeout']}")
+    options = BuildOptions(
+        repo=params["repo"],
+        ref=params["ref"],
+        root=params["root"],
+        python=params["python"],
+        installer=params["installer"],
+        build_env=params["build_env"],
+        build_timeout=params["build_timeout"],
+        keep_releases=params["keep_releases"],
+        build_isolation=params["build_isolation"],
+        system_site_packages=params["system_site_packages"],
+        pip_args=params["pip_args"],
+        wheel=params["wheel"],
+        expected_commit=params["expected_commit"],
+    )
+    try:
+        result = build(options, check_mode=module.check_mode)
+    except BuildError as exc:
+        module.fail_json(msg=str(exc), repo=redact_url(params["repo"]), requested_ref=params["ref"])
+    except OSError as exc:
+        module.fail_json(msg=f"vllm_build failed on {params['root']}: {exc}; check that the root is writable")
+    module.exit_json(**result)
+
+
+def _url_secrets(repo: str) -> set:
+    """The secret of `repo`'s userinfo (the password, or a token given as user name) for Ansible to mask."""
+    if redact_url(repo) == repo:
+        return set()
+    userinfo = repo.split("://", 1)[1].split("@", 1)[0]
+    secret = userinfo.split(":", 1)[1] if ":" in userinfo else userinfo
+    return {secret} if secret else set()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,343 @@
+"""The build core against a real git repo and real pip builds (shared via session fixtures)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from ansible_collections.vllm_ops.dflash.plugins.module_utils import _build
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._build import (
+    BuildError,
+    BuildOptions,
+    build,
+    inputs_hash,
+    prune_releases,
+    release_name,
+)
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import sha256_file, write_json_atomic
+from ansible_collections.vllm_ops.dflash.tests.helpers.tiny_repo import (
+    add_commit,
+    installed_version,
+    make_tiny_repo,
+    process_alive,
+    uv_bin_dir,
+    wheelhouse,
+)
+
+# ref -> label of the commit it must build; the short SHA is filled in from the repo.
+REFS = {"main": "c3", "v1.0.0": "c1", "short": "c2", "refs/pull/1/head": "p1"}
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory):
+    path = tmp_path_factory.mktemp("build-repo") / "repo"
+    return path, make_tiny_repo(path)
+
+
+@pytest.fixture(scope="session")
+def pip_args():
+    house = wheelhouse()
+    if house is None:
+        pytest.skip("could not download setuptools/setuptools-scm from PyPI into .cache/wheelhouse")
+    return ["--no-index", "--find-links", str(house)]
+
+
+def options(tiny, root, ref, pip_args, **kwargs) -> BuildOptions:
+    kwargs.setdefault("keep_releases", 10)
+    return BuildOptions(str(tiny[0]), ref, root=str(root), python=sys.executable, pip_args=pip_args, **kwargs)
+
+
+def ref_of(tiny, key: str) -> str:
+    return tiny[1]["c2"][:7] if key == "short" else key
+
+
+@pytest.fixture(scope="session")
+def fleet(tiny, pip_args, tmp_path_factory):
+    """One root with a release built from each kind of ref."""
+    root = tmp_path_factory.mktemp("fleet") / "opt-vllm"
+    results = {key: build(options(tiny, root, ref_of(tiny, key), pip_args)) for key in REFS}
+    return root, results
+
+
+@pytest.mark.parametrize("key", list(REFS))
+def test_each_kind_of_ref_builds_its_commit(tiny, fleet, key):
+    shas = tiny[1]
+    root, results = fleet
+    result = results[key]
+    commit = shas[REFS[key]]
+    assert (result["changed"], result["built"], result["commit"]) == (True, True, commit)
+    assert result["release_name"] == f"{commit[:12]}-{result['inputs_hash'][:8]}"
+    release = Path(result["release"])
+    assert release == root / "releases" / result["release_name"]
+
+    version = installed_version(str(release / "venv"))
+    if key == "v1.0.0":
+        assert version == "1.0.0"
+    else:  # setuptools-scm: <next>.devN+g<abbrev sha> from the full history
+        local = re.fullmatch(r"[\d.]+\.dev\d+\+g([0-9a-f]{7,})", version)
+        assert local and commit.startswith(local.group(1)), version
+
+    manifest = json.loads((release / "manifest.json").read_text())
+    assert manifest["schema"] == 1
+    assert (manifest["commit"], manifest["requested_ref"], manifest["source"]) == (commit, ref_of(tiny, key), "build")
+    assert manifest["inputs_hash"] == result["inputs_hash"] == inputs_hash(manifest["inputs"])
+    assert manifest["version"] == version
+    assert manifest["wheel"] == {"path": result["wheel"], "sha256": result["wheel_sha256"]}
+    assert sha256_file(result["wheel"]) == result["wheel_sha256"]
+    assert Path(result["wheel"]).parent == root / "wheels" / result["release_name"]
+    assert Path(result["log_path"]).is_file() and manifest["log_path"] == result["log_path"]
+    assert not (root / "build" / result["release_name"]).exists()
+    assert not (root / "current").exists()
+
+
+def test_rerun_is_a_no_op_without_any_build_step(tiny, fleet, pip_args, monkeypatch):
+    root, results = fleet
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("a re-run must not start a build")
+
+    monkeypatch.setattr(_build, "_Builder", no_build)
+    monkeypatch.setattr(_build, "ensure_mirror", no_build)
+    logs = sorted(os.listdir(root / "logs"))
+    for key, first in results.items():
+        manifest = Path(first["release"], "manifest.json")
+        stamp = manifest.stat().st_mtime_ns
+        again = build(options(tiny, root, ref_of(tiny, key), pip_args))
+        assert (again["changed"], again["built"]) == (False, False)
+        for field in ("commit", "release", "release_name", "wheel", "wheel_sha256", "log_path", "inputs_hash"):
+            assert again[field] == first[field], field
+        assert manifest.stat().st_mtime_ns == stamp
+    assert sorted(os.listdir(root / "logs")) == logs
+
+
+def test_check_mode_on_a_built_root_reports_no_change(tiny, fleet, pip_args):
+    root, results = fleet
+    result = build(options(tiny, root, "main", pip_args), check_mode=True)
+    assert (result["changed"], result["release_name"]) == (False, results["main"]["release_name"])
+
+
+def test_branch_bump_builds_exactly_one_new_release(tiny, fleet, pip_args):
+    repo = tiny[0]
+    root, results = fleet
+    # A new branch name on an already built commit is the same release.
+    same = build(options(tiny, root, "bump", pip_args))
+    assert (same["changed"], same["release_name"]) == (False, results["main"]["release_name"])
+
+    before = set(os.listdir(root / "releases"))
+    bumped = add_commit(repo, "bump", "bumped")
+    result = build(options(tiny, root, "bump", pip_args))
+    assert (result["changed"], result["built"], result["commit"]) == (True, True, bumped)
+    assert set(os.listdir(root / "releases")) - before == {result["release_name"]}
+    assert installed_version(os.path.join(result["release"], "venv")).endswith("+g" + bumped[:9])
+    assert build(options(tiny, root, "bump", pip_args))["changed"] is False
+
+
+def _fake_current(root: Path) -> None:
+    old = root / "releases" / "000000000000-00000000"
+    old.mkdir(parents=True)
+    write_json_atomic(str(old / "manifest.json"), {"schema": 1, "name": old.name})
+    os.symlink("releases/" + old.name, root / "current")
+
+
+def _assert_nothing_left(root: Path, name_prefix: str) -> None:
+    assert [n for n in os.listdir(root / "releases") if n.startswith(name_prefix)] == []
+    assert os.listdir(root / "build") == []
+    assert os.readlink(root / "current") == "releases/000000000000-00000000"
+
+
+def test_timeout_kills_the_build_and_leaves_no_release(tiny, pip_args, tmp_path):
+    shas = tiny[1]
+    root = tmp_path / "opt-vllm"
+    _fake_current(root)
+    marker = tmp_path / "slow.pid"
+    opts = options(
+        tiny, root, "slow", pip_args, build_timeout=12, build_isolation=False, build_env={"TINY_SLOW_MARKER": marker}
+    )
+    started = time.monotonic()
+    with pytest.raises(BuildError) as info:
+        build(opts)
+    took = time.monotonic() - started
+    assert 12 <= took < 20
+    message = str(info.value)
+    pid = int(marker.read_text())  # the sleeping setup.py did start
+    assert not process_alive(pid)
+    assert "timed out: build_timeout=12s" in message
+    logs = list((root / "logs").glob(f"build-{shas['slow'][:12]}-*.log"))
+    assert len(logs) == 1 and str(logs[0]) in message
+    assert "TIMEOUT after" in message  # the log's last lines are in the message
+    assert "TIMEOUT after" in logs[0].read_text()
+    _assert_nothing_left(root, shas["slow"][:12])
+    assert not (root / "wheels" / shas["slow"][:12]).exists()
+
+
+def test_compile_error_names_the_cause_and_keeps_the_log(tiny, pip_args, tmp_path):
+    shas = tiny[1]
+    root = tmp_path / "opt-vllm"
+    _fake_current(root)
+    with pytest.raises(BuildError) as info:
+        build(options(tiny, root, "broken", pip_args, build_isolation=False))
+    message = str(info.value)
+    assert "building the wheel failed with exit code 1" in message
+    assert "fake compiler error" in message
+    log = re.search(r"Full log: (\S+)", message)
+    assert log and Path(log.group(1)).is_file()
+    _assert_nothing_left(root, shas["broken"][:12])
+
+
+@pytest.mark.parametrize(
+    ("ref", "extra", "expected"),
+    [
+        ("main", {"expected_commit": "deadbeef"}, "not the expected_commit deadbeef"),
+        ("no-such-branch", {}, "ref 'no-such-branch' not found"),
+        ("refs/pull/7/head", {}, "ref 'refs/pull/7/head' does not exist"),
+        ("main", {"repo": "https://ci:hunter22@127.0.0.1:9/vllm.git"}, "cannot reach repository https://127.0.0.1:9/"),
+        ("main", {"python": "python-that-does-not-exist"}, "python 'python-that-does-not-exist' not found"),
+    ],
+)
+def test_fails_before_building_and_writes_nothing(tiny, pip_args, tmp_path, ref, extra, expected):
+    opts = options(tiny, tmp_path / "root", ref, pip_args)
+    for key, value in extra.items():
+        setattr(opts, key, value)
+    with pytest.raises(BuildError, match=re.escape(expected)) as info:
+        build(opts)
+    assert "hunter22" not in str(info.value)
+    assert not (tmp_path / "root").exists()
+
+
+def test_unknown_full_sha_fails_before_the_venv(tiny, pip_args, tmp_path):
+    root = tmp_path / "root"
+    with pytest.raises(BuildError, match=f"commit {'ab' * 20} does not exist in {tiny[0]}"):
+        build(options(tiny, root, "ab" * 20, pip_args))
+    assert not (root / "releases").exists() and not (root / "wheels").exists()
+    assert list((root / "logs").glob("build-abababababab-*.log"))  # the log says what was tried
+
+
+def test_expected_commit_prefix_that_matches_passes(tiny, pip_args, tmp_path):
+    shas = tiny[1]
+    opts = options(tiny, tmp_path / "root", "main", pip_args, expected_commit=shas["c3"][:10].upper())
+    assert build(opts, check_mode=True)["commit"] == shas["c3"]
+
+
+@pytest.mark.parametrize("key", ["main", "short", "refs/pull/1/head"])
+def test_check_mode_writes_nothing(tiny, pip_args, tmp_path, key):
+    shas = tiny[1]
+    root = tmp_path / "root"
+    result = build(options(tiny, root, ref_of(tiny, key), pip_args), check_mode=True)
+    assert (result["changed"], result["built"], result["wheel"], result["log_path"]) == (True, False, None, None)
+    if key == "short":  # no mirror yet, and check mode may not create one
+        assert result["commit"] is None and "would fetch" in result["msg"]
+    else:
+        commit = shas[REFS[key]]
+        assert result["commit"] == commit and result["release_name"].startswith(commit[:12])
+        assert result["msg"] == f"would build {result['release_name']}"
+    assert not root.exists()
+
+
+def test_check_mode_uses_an_existing_mirror_for_a_short_sha(tiny, fleet, pip_args):
+    root, results = fleet
+    result = build(options(tiny, root, ref_of(tiny, "short"), pip_args), check_mode=True)
+    assert (result["changed"], result["commit"]) == (False, results["short"]["commit"])
+
+
+def test_wheel_option_installs_without_building(tiny, fleet, pip_args, tmp_path):
+    """Build once, distribute: another host installs the wheel and names the release the same."""
+    results = fleet[1]
+    built = results["main"]
+    root = tmp_path / "other-host"
+    result = build(options(tiny, root, "main", pip_args, wheel=built["wheel"]))
+    assert (result["changed"], result["built"]) == (True, False)
+    assert result["release_name"] == built["release_name"]
+    assert result["wheel_sha256"] == built["wheel_sha256"]
+    assert Path(result["wheel"]).parent == root / "wheels" / built["release_name"]
+    manifest = json.loads(Path(result["release"], "manifest.json").read_text())
+    assert manifest["source"] == "wheel" and manifest["commit"] == built["commit"]
+    assert installed_version(os.path.join(result["release"], "venv")) == manifest["version"]
+    assert not (root / "src").exists()  # nothing fetched
+
+
+def test_uv_installer_builds_the_same_commit_as_its_own_release(tiny, fleet, pip_args, monkeypatch):
+    uv_dir = uv_bin_dir()
+    if uv_dir is None:
+        pytest.skip("could not pip-install uv from PyPI into .cache/uv")
+    monkeypatch.setenv("PATH", f"{uv_dir}{os.pathsep}{os.environ['PATH']}")
+    root, results = fleet
+    result = build(options(tiny, root, "main", pip_args, installer="auto"))  # auto: uv is on PATH now
+    assert (result["changed"], result["built"], result["commit"]) == (True, True, results["main"]["commit"])
+    assert result["release_name"] != results["main"]["release_name"]  # the installer is a build input
+    manifest = json.loads(Path(result["release"], "manifest.json").read_text())
+    assert manifest["inputs"]["installer"] == "uv"
+    assert "$ uv build --wheel" in Path(result["log_path"]).read_text()
+    assert installed_version(os.path.join(result["release"], "venv")) == manifest["version"]
+
+
+def test_uv_requested_but_missing(tiny, pip_args, tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(BuildError, match="installer 'uv' requested but `uv` is not on PATH"):
+        build(options(tiny, tmp_path / "root", "main", pip_args, installer="uv"), check_mode=True)
+
+
+@pytest.mark.engine
+def test_fixture_engine_pull_request_builds_with_its_c_extensions(pip_args, tmp_path):
+    """The fixture engine (a vLLM stand-in with real C extensions), installed from a PR head like z-lab's."""
+    engine_repo = pytest.importorskip("ansible_collections.vllm_ops.dflash.tests.helpers.engine_repo")
+    repo = tmp_path / "engine"
+    refs = engine_repo.create_engine_repo(repo)
+    opts = BuildOptions(str(repo), "refs/pull/1/head", root=str(tmp_path / "root"), python=sys.executable)
+    opts.pip_args = pip_args
+    result = build(opts)
+    assert (result["built"], result["commit"]) == (True, refs["refs/pull/1/head"])
+    venv_python = os.path.join(result["release"], "venv", "bin", "python")
+    code = "import vllm, vllm._C, vllm._moe_C; print(vllm.__version__)"
+    version = subprocess.run([venv_python, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert version == engine_repo.scm_version(repo, result["commit"])
+    assert json.loads(Path(result["release"], "manifest.json").read_text())["version"] == version
+
+
+def test_inputs_hash_and_name():
+    base = {"python": "/usr/bin/python3", "python_version": "3.11.2", "installer": "pip", "build_env": {"A": "1"}}
+    assert inputs_hash(base) == inputs_hash(dict(reversed(list(base.items()))))
+    for key, value in [("python_version", "3.12.0"), ("installer", "uv"), ("build_env", {"A": "2"})]:
+        assert inputs_hash({**base, key: value}) != inputs_hash(base)
+    assert release_name("a" * 40, "0123456789" * 6) == "aaaaaaaaaaaa-01234567"
+
+
+def _release(root: Path, name: str, built_at: str) -> None:
+    write_json_atomic(str(root / "releases" / name / "manifest.json"), {"name": name, "built_at": built_at})
+    (root / "wheels" / name).mkdir(parents=True)
+
+
+def test_prune_keeps_newest_current_and_previous(tmp_path):
+    root = tmp_path
+    names = [f"{i:012x}-00000000" for i in range(6)]
+    for i, name in enumerate(names):
+        _release(root, name, f"2026-01-0{i + 1}T00:00:00Z")
+    (root / "releases" / "debris-no-manifest").mkdir()
+    # state.json orders by created_at: it says names[5] is actually the oldest.
+    state = {
+        "schema": 1,
+        "current": names[0],
+        "previous": names[1],
+        "releases": {names[5]: {"created_at": "2025-01-01T00:00:00Z"}},
+    }
+    write_json_atomic(str(root / "state.json"), state)
+    before = (root / "state.json").read_bytes()
+    removed = prune_releases(str(root), keep=2)
+    assert removed == sorted([names[2], names[5], "debris-no-manifest"])
+    assert sorted(os.listdir(root / "releases")) == sorted([names[0], names[1], names[3], names[4]])
+    assert sorted(os.listdir(root / "wheels")) == sorted([names[0], names[1], names[3], names[4]])
+    assert (root / "state.json").read_bytes() == before
+
+
+def test_prune_trusts_the_current_link_and_can_be_disabled(tmp_path):
+    names = [f"{i:012x}-00000000" for i in range(3)]
+    for i, name in enumerate(names):
+        _release(tmp_path, name, f"2026-01-0{i + 1}T00:00:00Z")
+    os.symlink("releases/" + names[0], tmp_path / "current")
+    assert prune_releases(str(tmp_path), keep=0) == []
+    assert prune_releases(str(tmp_path), keep=1) == [names[1]]

@@ -1,0 +1,192 @@
+"""Ref resolution against real repositories, the bare mirror, and the build checkout."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._git import (
+    GitError,
+    checkout,
+    commit_exists,
+    ensure_mirror,
+    fetch_short_sha,
+    git_env,
+    mirror_path,
+    resolve_remote,
+    resolve_short_sha,
+)
+from ansible_collections.vllm_ops.dflash.tests.helpers.tiny_repo import git, make_tiny_repo
+
+UNREACHABLE = "https://deploy:s3cr3t-token@127.0.0.1:9/vllm.git"  # port 9: connection refused at once
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    path = tmp_path_factory.mktemp("git") / "repo"
+    shas = make_tiny_repo(path)
+    git(path, "tag", "light", shas["c2"])  # a lightweight tag
+    git(path, "tag", "-a", "clash", "-m", "tag named like a branch", shas["c1"])
+    git(path, "branch", "clash", shas["c3"])
+    return path, shas
+
+
+@pytest.fixture(scope="module")
+def mirror(tiny, tmp_path_factory):
+    repo = tiny[0]
+    path = mirror_path(str(tmp_path_factory.mktemp("root")), str(repo))
+    ensure_mirror(str(repo), path, timeout=60, extra=["refs/pull/1/head"])
+    return path
+
+
+@pytest.mark.parametrize(
+    ("ref", "label", "kind", "full_ref"),
+    [
+        ("main", "c3", "branch", "refs/heads/main"),
+        ("v1.0.0", "c1", "tag", "refs/tags/v1.0.0"),  # annotated: the commit, not the tag object
+        ("light", "c2", "tag", "refs/tags/light"),
+        ("refs/pull/1/head", "p1", "ref", "refs/pull/1/head"),
+        ("refs/tags/v1.0.0", "c1", "ref", "refs/tags/v1.0.0"),
+        ("refs/heads/clash", "c3", "ref", "refs/heads/clash"),
+        ("HEAD", "c3", "head", "HEAD"),
+    ],
+)
+def test_names_resolve_with_ls_remote(tiny, ref, label, kind, full_ref):
+    repo, shas = tiny
+    resolution = resolve_remote(str(repo), ref)
+    assert (resolution.commit, resolution.kind, resolution.full_ref) == (shas[label], kind, full_ref)
+
+
+def test_full_sha_is_taken_as_is_after_reaching_the_repo(tiny):
+    repo, shas = tiny
+    assert resolve_remote(str(repo), shas["p1"].upper()).commit == shas["p1"]
+    with pytest.raises(GitError, match="cannot reach repository"):
+        resolve_remote(str(repo) + "-missing", shas["p1"])
+
+
+def test_short_sha_needs_the_mirror(tiny):
+    repo, shas = tiny
+    resolution = resolve_remote(str(repo), shas["c2"][:8])
+    assert (resolution.commit, resolution.kind) == (None, "short_sha")
+
+
+@pytest.mark.parametrize("ref", ["no-such-branch", "refs/pull/99/head", "refs/tags/nope"])
+def test_unknown_ref(tiny, ref):
+    repo = tiny[0]
+    with pytest.raises(GitError, match=r"not found|does not exist") as info:
+        resolve_remote(str(repo), ref)
+    assert repr(ref) in str(info.value) and str(repo) in str(info.value)
+
+
+def test_branch_and_tag_of_the_same_name_are_refused(tiny):
+    repo = tiny[0]
+    with pytest.raises(GitError, match=r"both a branch .* and a tag .*refs/heads/clash or ref: refs/tags/clash"):
+        resolve_remote(str(repo), "clash")
+
+
+@pytest.mark.parametrize("ref", ["", "-uupload-pack=touch /tmp/x", "a..b", "main~1", "x y"])
+def test_invalid_refs_are_refused(tiny, ref):
+    repo = tiny[0]
+    with pytest.raises(GitError, match="not a valid git ref"):
+        resolve_remote(str(repo), ref)
+
+
+def test_option_like_repo_is_refused():
+    with pytest.raises(GitError, match="not a repository URL or path"):
+        resolve_remote("--upload-pack=touch /tmp/pwned", "main")
+
+
+def test_unreachable_repo_names_the_url_without_credentials():
+    with pytest.raises(GitError) as info:
+        resolve_remote(UNREACHABLE, "main", timeout=30)
+    message = str(info.value)
+    assert "cannot reach repository https://127.0.0.1:9/vllm.git" in message
+    assert "s3cr3t" not in message and "deploy" not in message
+
+
+def test_git_env_never_prompts():
+    env = git_env({"PATH": "/bin"})
+    assert env["LC_ALL"] == "C" and env["GIT_TERMINAL_PROMPT"] == "0"
+    assert "BatchMode=yes" in env["GIT_SSH_COMMAND"]
+    assert git_env({"GIT_SSH_COMMAND": "ssh -i key"})["GIT_SSH_COMMAND"] == "ssh -i key"
+
+
+def test_mirror_path_is_stable_and_secret_free(tmp_path):
+    with_token = mirror_path("/opt/vllm", "https://u:tok@github.com/vllm-project/vllm.git")
+    plain = mirror_path("/opt/vllm", "https://github.com/vllm-project/vllm")
+    assert with_token == plain
+    assert os.path.basename(plain).startswith("vllm-project-vllm-") and plain.endswith(".git")
+    assert os.path.dirname(plain) == "/opt/vllm/src"
+    assert mirror_path("/opt/vllm", "https://github.com/other/vllm.git") != plain
+
+
+def test_mirror_is_bare_full_and_has_the_pull_ref(tiny, mirror):
+    repo, shas = tiny
+    assert git(Path(mirror), "rev-parse", "--is-bare-repository") == "true"
+    assert git(Path(mirror), "rev-parse", "refs/pull/1/head") == shas["p1"]
+    assert git(Path(mirror), "rev-parse", "v1.0.0^{commit}") == shas["c1"]
+    assert git(Path(mirror), "rev-parse", "--is-shallow-repository") == "false"
+    assert str(repo) not in Path(mirror, "config").read_text()  # the URL (and any token) is not stored
+
+
+def test_short_sha_resolves_in_the_mirror(tiny, mirror):
+    repo, shas = tiny
+    assert resolve_short_sha(mirror, shas["c2"][:7].upper(), str(repo)) == shas["c2"]
+    assert resolve_short_sha(mirror, "0000000", str(repo)) is None
+
+
+def test_short_sha_reads_without_a_mirror_and_fetches_on_demand(tiny, tmp_path):
+    repo, shas = tiny
+    path = mirror_path(str(tmp_path), str(repo))
+    assert resolve_short_sha(path, shas["c2"][:9], str(repo)) is None
+    assert not os.path.exists(path)  # reading (check mode) creates nothing
+    assert fetch_short_sha(str(repo), path, shas["c2"][:9], 60) == shas["c2"]
+    with pytest.raises(GitError, match="no branch, tag or commit starting with it"):
+        fetch_short_sha(str(repo), path, "abcdef0", 60)
+
+
+def test_ambiguous_short_sha_is_refused(tmp_path):
+    repo = tmp_path / "many"
+    git(tmp_path, "init", "-q", str(repo))
+    stream = "".join(
+        f"commit refs/heads/many\ncommitter t <t@x> 1700000000 +0000\ndata {len(str(i))}\n{i}\n\n" for i in range(1500)
+    )
+    subprocess.run(["git", "fast-import", "--quiet"], cwd=repo, input=stream, text=True, check=True, env=git_env())
+    by_prefix = defaultdict(list)
+    for sha in git(repo, "rev-list", "many").split():
+        by_prefix[sha[:4]].append(sha)
+    prefix, clash = next((p, s) for p, s in by_prefix.items() if len(s) > 1)
+    path = mirror_path(str(tmp_path), str(repo))
+    ensure_mirror(str(repo), path, 60)
+    with pytest.raises(GitError, match=f"short SHA '{prefix}' is ambiguous.*{clash[0][:12]}|{clash[1][:12]}"):
+        resolve_short_sha(path, prefix, str(repo))
+
+
+def test_fetch_by_sha_of_a_commit_on_no_ref(tiny, tmp_path):
+    repo, shas = tiny
+    orphan = git(repo, "commit-tree", "-p", shas["c1"], "-m", "on no ref", git(repo, "rev-parse", "main^{tree}"))
+    path = mirror_path(str(tmp_path), str(repo))
+    ensure_mirror(str(repo), path, 60)
+    assert not commit_exists(path, orphan)
+    ensure_mirror(str(repo), path, 60, extra=[orphan])
+    assert commit_exists(path, orphan)
+
+
+@pytest.mark.parametrize("label", ["c3", "p1"])
+def test_checkout_has_full_history_and_tags(tiny, mirror, tmp_path, label):
+    shas = tiny[1]
+    dest = tmp_path / "build" / "src"
+    checkout(mirror, shas[label], str(dest), 60)
+    assert git(dest, "rev-parse", "HEAD") == shas[label]
+    assert git(dest, "status", "--porcelain") == ""
+    assert git(dest, "rev-parse", "--is-shallow-repository") == "false"
+    # What setuptools-scm runs: needs the tag and the full history to count commits since it.
+    assert git(dest, "describe", "--tags", "--long", "--match", "v[0-9]*").startswith("v1.0.0-2-g")
+
+
+def test_checkout_of_unknown_commit_fails_clearly(mirror, tmp_path):
+    with pytest.raises(GitError, match="git checkout failed"):
+        checkout(mirror, "0" * 40, str(tmp_path / "src"), 60)

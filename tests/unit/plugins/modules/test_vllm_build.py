@@ -1,0 +1,104 @@
+"""vllm_build as Ansible runs it: a subprocess reading its arguments from a JSON file."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from ansible_collections.vllm_ops.dflash.tests.helpers.tiny_repo import installed_version, make_tiny_repo
+
+COLLECTIONS = Path(__file__).resolve().parents[4] / ".cache" / "ac"
+MODULE = "ansible_collections.vllm_ops.dflash.plugins.modules.vllm_build"
+RETURNS = {"commit", "requested_ref", "release", "release_name", "built", "wheel", "wheel_sha256", "log_path"}
+RETURNS |= {"duration", "inputs_hash", "changed"}
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    path = tmp_path_factory.mktemp("module-repo") / "repo"
+    return path, make_tiny_repo(path)
+
+
+def run_module(tmp_path: Path, check_mode: bool = False, **args) -> dict:
+    args_file = tmp_path / "args.json"
+    args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {**args, "_ansible_check_mode": check_mode}}))
+    env = dict(os.environ, PYTHONPATH=str(COLLECTIONS))
+    proc = subprocess.run(
+        [sys.executable, "-m", MODULE, str(args_file)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    return {**json.loads(proc.stdout), "_stdout": proc.stdout}
+
+
+def make_wheel(directory: Path, version: str) -> Path:
+    """A minimal valid pure-Python wheel of tinypkg (what a real build host would hand over)."""
+    files = {
+        "tinypkg/__init__.py": "STEP = 'from a wheel'\n",
+        f"tinypkg-{version}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: tinypkg\nVersion: {version}\n",
+        f"tinypkg-{version}.dist-info/WHEEL": "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = []
+    for name, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+        record.append(f"{name},sha256={digest},{len(text.encode())}")
+    record_name = f"tinypkg-{version}.dist-info/RECORD"
+    files[record_name] = "\n".join([*record, f"{record_name},,"]) + "\n"
+    path = directory / f"tinypkg-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, text in files.items():
+            archive.writestr(name, text)
+    return path
+
+
+def test_check_mode_predicts_and_writes_nothing(tiny, tmp_path):
+    repo, shas = tiny
+    root = tmp_path / "root"
+    result = run_module(tmp_path, check_mode=True, repo=str(repo), ref="v1.0.0", root=str(root), python=sys.executable)
+    assert "failed" not in result, result
+    assert set(result) >= RETURNS
+    assert (result["changed"], result["built"], result["commit"]) == (True, False, shas["c1"])
+    assert not root.exists()
+
+
+def test_installs_a_given_wheel_then_is_idempotent(tiny, tmp_path):
+    repo, shas = tiny
+    wheel = make_wheel(tmp_path, "9.9.9")
+    args = {"repo": str(repo), "ref": "main", "root": str(tmp_path / "root"), "python": sys.executable}
+    args.update(wheel=str(wheel), pip_args=["--no-index"])
+    first = run_module(tmp_path, **args)
+    assert "failed" not in first, first.get("msg")
+    assert set(first) >= RETURNS
+    assert (first["changed"], first["built"], first["commit"]) == (True, False, shas["c3"])
+    assert first["release_name"] == f"{shas['c3'][:12]}-{first['inputs_hash'][:8]}"
+    assert first["wheel_sha256"] == hashlib.sha256(wheel.read_bytes()).hexdigest()
+    assert installed_version(os.path.join(first["release"], "venv")) == "9.9.9"
+    second = run_module(tmp_path, **args)
+    assert (second["changed"], second["release"], second["log_path"]) == (False, first["release"], first["log_path"])
+
+
+def test_failure_before_building_redacts_the_token(tiny, tmp_path):
+    repo = "https://ci:hunter22secret@127.0.0.1:9/vllm.git"
+    result = run_module(tmp_path, repo=repo, ref="main", root=str(tmp_path / "root"), python=sys.executable)
+    assert result["failed"] is True
+    assert "cannot reach repository https://127.0.0.1:9/vllm.git" in result["msg"]
+    assert "hunter22secret" not in result["_stdout"]
+    assert result["invocation"]["module_args"]["repo"] == "https://ci:********@127.0.0.1:9/vllm.git"
+    assert not (tmp_path / "root").exists()
+
+
+def test_unknown_ref_fails_with_the_fix(tiny, tmp_path):
+    repo = tiny[0]
+    result = run_module(tmp_path, repo=str(repo), ref="nope", root=str(tmp_path / "root"), python=sys.executable)
+    assert result["failed"] is True
+    assert "ref 'nope' not found" in result["msg"] and "give an existing branch" in result["msg"]

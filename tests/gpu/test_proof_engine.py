@@ -1,0 +1,128 @@
+# Copyright (c) vllm_ops.dflash contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""CPU rehearsal of the proof on real hardware: run_proof.sh and proof.yml, unchanged, against the fixture
+engine (TEST EQUIPMENT standing in for vLLM) installed the way the H200 run installs vLLM: a wheel put in
+a tree with `pip install --target`, made into a release by make_release.py. About a minute."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+ENGINE = REPO / "tests" / "fixtures" / "engine"
+DRAFTER = REPO / "tests" / "unit" / "fixtures" / "drafters" / "tiny_dflash.json"  # the H200 run's drafter
+
+pytestmark = [
+    pytest.mark.engine,
+    pytest.mark.skipif(not (ENGINE / "pyproject.toml").is_file(), reason="the fixture engine is not in this tree"),
+    pytest.mark.skipif(shutil.which("gcc") is None or shutil.which("git") is None, reason="needs git and gcc"),
+]
+
+
+def run(*args: str, **kwargs) -> str:
+    result = subprocess.run(args, capture_output=True, text=True, check=False, timeout=300, **kwargs)
+    assert result.returncode == 0, f"{args}: {result.stdout[-2000:]} {result.stderr[-2000:]}"
+    return result.stdout
+
+
+@pytest.fixture(scope="module")
+def engine_site(tmp_path_factory) -> tuple:
+    """(site dir holding the engine's wheel install, its version)."""
+    tmp = tmp_path_factory.mktemp("engine")
+    run(sys.executable, str(REPO / "tests" / "helpers" / "engine_repo.py"), str(tmp / "repo"))
+    run("git", "clone", "-q", str(tmp / "repo"), str(tmp / "checkout"))
+    run(sys.executable, "-m", "pip", "wheel", "-q", "--no-build-isolation", "--no-deps", "-w", str(tmp / "wheels"),
+        str(tmp / "checkout"))  # fmt: skip
+    wheel = next((tmp / "wheels").glob("vllm-*.whl"))
+    run(sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", str(tmp / "site"),
+        str(wheel))  # fmt: skip
+    version = wheel.name.split("-")[1].replace("%2B", "+")
+    return tmp / "site", version
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_the_proof_passes_against_the_fixture_engine(tmp_path, engine_site):
+    site, version = engine_site
+    models = tmp_path / "models"
+    (models / "tiny-qwen3-dflash").mkdir(parents=True)
+    (models / "tiny-qwen3").mkdir()
+    shutil.copy(DRAFTER, models / "tiny-qwen3-dflash" / "config.json")
+    (models / "tiny-qwen3" / "config.json").write_text(json.dumps({"architectures": ["Qwen3ForCausalLM"]}))
+    (models / "model_info.json").write_text("{}")  # present: run_proof.sh does not build models (no torch here)
+    results = tmp_path / "results"
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("PROOF_", "ANSIBLE_")) and key not in ("OUT", "PYTHONPATH")
+    }
+    env.update(
+        OUT=str(results),
+        PROOF_BASE=str(tmp_path / "base"),
+        PROOF_BUDGET="300",
+        PROOF_SITE=str(site),
+        PROOF_MODELS=str(models),
+        PROOF_PYTHON=sys.executable,  # imports ansible: no install from .whl
+        PROOF_BASE_PYTHON=sys.executable,
+        # the engine needs PyYAML at runtime: this interpreter's site-packages, as the H200 run adds torch's
+        PROOF_SITE_DIRS=f"{site}:{sysconfig.get_paths()['purelib']}",
+        PROOF_ROOT=str(tmp_path / "opt" / "vllm"),
+        PROOF_CONFIG_DIR=str(tmp_path / "etc" / "vllm"),
+        PROOF_STATE_ROOT=str(tmp_path / "state"),
+        PROOF_PORT=str(free_port()),
+        PROOF_EXPECT_VERSION=version,
+        PROOF_VARS=str(HERE / "engine.yml"),
+    )
+    proc = subprocess.run(
+        ["bash", str(HERE / "run_proof.sh")], env=env, capture_output=True, text=True, timeout=400, check=False
+    )
+    summary = json.loads((results / "summary.json").read_text())
+    failures = {name: case["error"] for name, case in summary["cases"].items() if not case["ok"]}
+    assert proc.returncode == 0, f"{failures or summary['run']}\n{proc.stdout[-3000:]}"
+    assert summary["passed"] is True
+    assert sorted(summary["cases"]) == ["facts", "preflight", "random", "release", "synthetic"]
+    assert sorted(p.name for p in results.iterdir()) == ["ansible.log", "facts-vllm.json", "proof.tgz", "summary.json"]
+
+    facts = summary["cases"]["facts"]["data"]
+    assert facts["version"] == summary["vllm_version"] == version
+    assert facts["missing_extensions"] == ["vllm.vllm_flash_attn._vllm_fa2_C"]
+    assert facts["broken_extensions"] == []
+    assert sorted(facts["extensions_ok"]) == ["vllm._C", "vllm._moe_C", "vllm.cumem_allocator"]
+
+    release = summary["cases"]["release"]["data"]
+    name = f"{version.replace('+', '_')}-{release['manifest']['wheel']['sha256'][:8]}"
+    assert release["current"] == release["release"] == name
+    assert release["manifest"]["source"] == "wheel"
+
+    refused = summary["cases"]["preflight"]["data"]["sliding_probe_false"]
+    assert "dflash_sliding_window" in refused["msg"]
+
+    synthetic = summary["cases"]["synthetic"]["data"]
+    root = tmp_path / "opt" / "vllm"
+    config = tmp_path / "etc" / "vllm" / "proof.yaml"
+    assert synthetic["exec_start"] == [f"{root}/current/venv/bin/vllm", "serve", "--config", str(config),
+                                       "--shutdown-timeout", "10"]  # fmt: skip
+    assert synthetic["gate"]["passed"] is True
+    assert synthetic["gate"]["mean_acceptance_length"] == pytest.approx(3.0, abs=0.01)
+    assert [round(rate, 2) for rate in synthetic["gate"]["per_position_acceptance"]] == [1, 1, 0, 0, 0, 0, 0]
+    assert synthetic["stop"]["stopped"] is True
+
+    random = summary["cases"]["random"]["data"]
+    assert random["gate"]["passed"] is False
+    assert "mean acceptance length" in random["gate_failure"]
+    assert random["stop"]["stopped"] is True
+    assert not (tmp_path / "base" / "out" / "server.pid").exists()

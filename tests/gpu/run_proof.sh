@@ -161,8 +161,17 @@ if os.path.exists(steps_path):
 try:
     summary = json.load(open(play_summary))
 except (OSError, ValueError):
+    # The play was cut short: keep the record of every case it finished.
     ran = "proof" in phases.split()
-    summary = {"passed": False, "cases": {}, "note": "the play wrote no summary (see ansible.log)" if ran else "no play in this call"}
+    work = os.path.dirname(play_summary)
+    cases = {}
+    for name in ("release", "facts", "preflight", "synthetic", "random"):
+        try:
+            cases[name] = json.load(open(os.path.join(work, name + ".json")))
+        except (OSError, ValueError):
+            pass
+    note = "the play was cut short and wrote no summary (see ansible.log)" if ran else "no play in this call"
+    summary = {"passed": False, "cases": cases, "note": note}
 try:
     gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
                          capture_output=True, text=True, timeout=20).stdout.strip()
@@ -180,6 +189,7 @@ EOF
 phases=("$@")
 [ ${#phases[@]} -eq 0 ] && phases=(prep proof)
 trap pack EXIT
+echo "{\"call\": \"${phases[*]}\", \"at\": $T_BEGIN, \"budget_s\": $BUDGET}" >>"$STEPS"
 rc=0
 for phase in "${phases[@]}"; do
   case $phase in

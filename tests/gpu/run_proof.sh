@@ -78,7 +78,9 @@ prep() {
   if [ -d "$SITE/vllm" ]; then
     echo "{\"step\": \"unpack\", \"skipped\": \"$SITE/vllm is there\"}" >>"$STEPS"
   elif ls "$CHUNKS"/site.part.* >/dev/null 2>&1; then
-    step unpack 120 unpack || return 1
+    # timeout(1) runs programs, not shell functions: hand it a bash that knows the function.
+    export -f unpack; export SITE CHUNKS PY
+    step unpack 120 bash -c unpack || return 1
   else
     echo "no vLLM in $SITE and no $CHUNKS/site.part.*: set PROOF_SITE to the dir that holds vllm" >&2
     return 1

@@ -191,7 +191,8 @@ def main() -> None:
     module.no_log_values.update(
         str(value)
         for key, value in params["env"].items()
-        if value not in (None, "") and any(marker in str(key).upper() for marker in SECRET_MARKERS)
+        # whole `_`-separated words: TOKENIZERS_PARALLELISM=false is no secret (and masking would hide every "false")
+        if value not in (None, "") and any(part in SECRET_MARKERS for part in str(key).upper().split("_"))
     )
     try:
         result = preflight(

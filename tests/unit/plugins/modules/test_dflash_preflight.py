@@ -128,11 +128,18 @@ def test_secret_env_values_are_masked(tmp_path: Path) -> None:
         speculative_config={"method": "dflash", "model": "m"},
         drafter_config=str(DRAFTERS / "qwen36_dflash.json"),
         vllm_facts=FACTS_026,
-        env={"HF_TOKEN": "hf_0123456789secret", "VLLM_API_KEY": "sk-topsecret", "VLLM_USE_V2_MODEL_RUNNER": "1"},
+        env={
+            "HF_TOKEN": "hf_0123456789secret",
+            "VLLM_API_KEY": "sk-topsecret",
+            "VLLM_USE_V2_MODEL_RUNNER": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+        },
     )
     assert result["rc"] == 0
     dumped = json.dumps(result)
     assert "hf_0123456789secret" not in dumped and "sk-topsecret" not in dumped
+    # a name that merely contains a marker is not a secret: its value must not be masked everywhere
+    assert result["invocation"]["module_args"]["env"]["TOKENIZERS_PARALLELISM"] == "false"
     assert result["invocation"]["module_args"]["env"]["VLLM_USE_V2_MODEL_RUNNER"] == "1"
 
 

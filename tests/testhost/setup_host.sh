@@ -4,7 +4,7 @@
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 need=()
-for pkg in podman runc mmdebstrap ca-certificates uidmap shellcheck; do
+for pkg in podman runc mmdebstrap ca-certificates uidmap shellcheck openssh-client; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need+=("$pkg")
 done
 if ((${#need[@]})); then

@@ -20,10 +20,6 @@ def _state(host) -> dict:
 def test_one_build_for_the_fleet():
     sources = {name: _manifest(h)["source"] for name, h in HOSTS.items()}
     assert sorted(sources.values()) == ["build", "wheel"], sources
-    builds = {
-        name: h.run("ls /opt/vllm/logs/ 2>/dev/null | grep -c '^build-'").stdout.strip() for name, h in HOSTS.items()
-    }
-    assert sorted(builds.values()) == ["0", "1"], builds
 
 
 def test_same_commit_and_release_everywhere():

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from deploy_helper import deploy, release_state, service_pid
+from deploy_helper import deploy, release_state, run_playbook, service_pid
 
 API_KEY = "fixture-secret-key-do-not-print"
 SPEC = {
@@ -105,12 +105,51 @@ def test_low_acceptance_rolls_back(host, serving):
 
 def test_server_that_exits_at_start_rolls_back(host, serving):
     proc = deploy({"vllm_ref": "fault/crash-on-start", "vllm_ready_timeout": 20})
-    _assert_failed(proc, "rolled back to " + serving["current"])
+    # the failure carries the journal tail, which names the server's own error
+    _assert_failed(proc, "Last journal lines", "rolled back to " + serving["current"])
+
+
+@pytest.mark.parametrize(
+    ("spec", "needle"),
+    [
+        ({"method": "dflashh"}, "speculative_config.method"),
+        ({"num_speculative_tokens": 0}, "speculative_config.num_speculative_tokens"),
+        ({"tensor_parallel_size": 2}, "speculative_config.tensor_parallel_size"),
+        ({"draft_tensor_parallel_size": 2}, "speculative_config.draft_tensor_parallel_size"),
+    ],
+    ids=["unknown-method", "k-zero", "tp-inside-spec", "draft-tp-mismatch"],
+)
+def test_preflight_refuses_a_bad_speculative_config_before_any_change(host, serving, spec, needle):
+    config_before = host.file("/etc/vllm/default.yaml").content_string
+    proc = deploy({"vllm_speculative_config": {**SPEC, **spec}})
+    _assert_failed(proc, needle, "Fix:")
+    assert service_pid(host) == serving["pid"]
+    assert host.file("/etc/vllm/default.yaml").content_string == config_before
+
+
+def test_preflight_refuses_a_vllm_without_the_layer_offset_fix(host, serving):
+    proc = deploy({"vllm_ref": "fault/no-probe", "vllm_required_probes": []})
+    _assert_failed(proc, "dflash_aux_layer_offset", "one layer too early")
+    assert service_pid(host) == serving["pid"]
+
+
+def test_preflight_refuses_a_drafter_that_is_not_dflash(host, serving):
+    host.run(
+        "python3 -c \"import json; c=json.load(open('/srv/models/tiny-dflash/config.json'));"
+        " c['architectures']=['Qwen3ForCausalLM']; json.dump(c, open('/srv/models/not-dflash.json','w'))\""
+    )
+    proc = deploy({"dflash_drafter_config": "/srv/models/not-dflash.json"})
+    _assert_failed(proc, "architectures")
+    assert service_pid(host) == serving["pid"]
 
 
 def test_check_mode_changes_nothing(host, serving):
-    # every file and link, with size and mtime (directories' mtimes move with lock and temp files)
-    tree = "find /opt/vllm /etc/vllm -not -type d -printf '%p %s %T@ %l\\n' | sort | md5sum"
+    # every file and link, with size and mtime. Not directories' mtimes (temp files come and go) nor the
+    # host lock, which records the pid of its last holder: runtime coordination, not managed state.
+    tree = (
+        "find /opt/vllm /etc/vllm -not -type d -not -name .lock -not -name build-status.json"
+        " -printf '%p %s %T@ %l\\n' | sort | md5sum"
+    )
     before = host.check_output(tree)
     proc = deploy({"vllm_ref": "dflash-fix"}, "--check")
     assert proc.returncode == 0, proc.stdout[-3000:]
@@ -128,3 +167,22 @@ def test_secret_change_restarts_once_and_is_never_printed(host):
     assert service_pid(host) != pid, "not restarted on a changed env file"
     # back to the scenario's key (restarts again; idempotence itself is molecule's own check)
     assert deploy().returncode == 0
+
+
+def test_rollback_playbook_goes_back_and_forward(host):
+    current = release_state(host)["current"]
+    proc = run_playbook("vllm_ops.dflash.rollback")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    state = release_state(host)
+    back = state["current"]
+    # back to an earlier release that served before and never failed (the faults above left failed ones)
+    assert back != current
+    assert state["releases"][back]["status"] != "failed"
+    assert any(e["action"] == "activate" and e["release"] == back for e in state["history"][:-1])
+    assert host.check_output("readlink /opt/vllm/current") == f"releases/{back}"
+    assert host.run("curl -sf http://127.0.0.1:8000/health").rc == 0
+    # and forward again to a named release
+    proc = run_playbook("vllm_ops.dflash.rollback", {"vllm_rollback_release": current})
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert release_state(host)["current"] == current
+    assert host.run("curl -sf http://127.0.0.1:8000/health").rc == 0

@@ -48,7 +48,7 @@ $(COLL):
 	ln -sfn $(CURDIR) $(COLL)
 
 unit: venv $(COLL)
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit tests/gpu
 
 lint: venv $(COLL)
 	$(BIN)/ruff check .

@@ -94,7 +94,8 @@ def test_failure_before_building_redacts_the_token(tiny, tmp_path):
     assert "cannot reach repository https://127.0.0.1:9/vllm.git" in result["msg"]
     assert "hunter22secret" not in result["_stdout"]
     assert result["invocation"]["module_args"]["repo"] == "https://ci:********@127.0.0.1:9/vllm.git"
-    assert not (tmp_path / "root").exists()
+    assert os.listdir(tmp_path / "root") == ["build-status.json"]
+    assert "hunter22secret" not in (tmp_path / "root" / "build-status.json").read_text()
 
 
 def test_unknown_ref_fails_with_the_fix(tiny, tmp_path):

@@ -7,7 +7,7 @@ Starts N systemd test hosts (podman, the image of tests/testhost/), prepares the
 scenarios (fixture engine repo, wheelhouse, drafter config), runs deploy_dflash.yml and the modules
 against them, prints the ratios, writes them to bench/results/<UTC>.json and removes its containers.
 
-    .venv/bin/python bench/run.py [--hosts 3] [--compile-seconds 30] [--keep]
+    .venv/bin/python bench/run.py [--hosts 3] [--compile-seconds 20] [--keep]
 """
 
 from __future__ import annotations
@@ -80,6 +80,19 @@ def _union_seconds(intervals: List[Tuple[float, float]]) -> float:
     return total
 
 
+def _interval(task: Dict[str, Any]) -> Tuple[float, float]:
+    """A task's [first start, last end] over its hosts, as the JSON callback records it."""
+    duration = task["task"].get("duration") or {}
+    if not (duration.get("start") and duration.get("end")):
+        return (0.0, 0.0)
+    return _parse_time(duration["start"]), _parse_time(duration["end"])
+
+
+def _span(task: Dict[str, Any]) -> float:
+    start, end = _interval(task)
+    return end - start
+
+
 class PlaybookRun:
     """One ansible-playbook run with the JSON callback: wall time, per-task intervals and results."""
 
@@ -89,15 +102,16 @@ class PlaybookRun:
         self.report = report
 
     def tasks(self, name: str) -> List[Dict[str, Any]]:
-        return [task for play in self.report["plays"] for task in play["tasks"] if task["task"]["name"] == name]
+        """Every task named `name` (a role's tasks are named `<role> : <name>`), one entry per serial batch."""
+        return [
+            task
+            for play in self.report["plays"]
+            for task in play["tasks"]
+            if task["task"]["name"] == name or task["task"]["name"].endswith(" : " + name)
+        ]
 
     def task_seconds(self, name: str) -> float:
-        intervals = []
-        for task in self.tasks(name):
-            duration = task["task"].get("duration") or {}
-            if duration.get("start") and duration.get("end"):
-                intervals.append((_parse_time(duration["start"]), _parse_time(duration["end"])))
-        return _union_seconds(intervals)
+        return _union_seconds([_interval(task) for task in self.tasks(name)])
 
     def results(self, name: str) -> List[Dict[str, Any]]:
         return [result for task in self.tasks(name) for result in task["hosts"].values()]
@@ -105,13 +119,28 @@ class PlaybookRun:
     def changed(self) -> int:
         return sum(stats.get("changed", 0) for stats in self.report["stats"].values())
 
+    def breakdown(self, top: int = 8) -> Dict[str, Any]:
+        """Tasks that ran per host (`ok` counts changed ones too), and the slowest tasks over all batches."""
+        seconds: Dict[str, float] = {}
+        for play in self.report["plays"]:
+            for task in play["tasks"]:
+                name = task["task"]["name"]
+                seconds[name] = seconds.get(name, 0.0) + _span(task)
+        slowest = sorted(seconds.items(), key=lambda item: item[1], reverse=True)[:top]
+        return {
+            "tasks_per_host": {host: stats.get("ok", 0) for host, stats in self.report["stats"].items()},
+            "slowest_tasks": {name: round(sec, 1) for name, sec in slowest},
+        }
+
 
 class Bench:
     def __init__(self, hosts: int, compile_seconds: int, keep: bool) -> None:
         self.names = [f"vllm-bench-{os.getpid()}-{i}" for i in range(1, hosts + 1)]
         self.compile_seconds = compile_seconds
         self.keep = keep
-        self.work = Path(tempfile.mkdtemp(prefix="vllm-ops-bench-"))
+        self.stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        self.work = RESULTS / self.stamp  # playbook outputs (JSON callback) are kept with the figures
+        self.work.mkdir(parents=True, exist_ok=True)
         self.inventory = self.work / "inventory.yml"
         self.env = dict(
             os.environ,
@@ -180,7 +209,6 @@ class Bench:
         for name in self.started:
             subprocess.run(["podman", "rm", "-f", "-t", "2", name], capture_output=True, check=False)
         self.started = []
-        shutil.rmtree(self.work, ignore_errors=True)
 
     def sh(self, host: str, command: str) -> str:
         return _run(["podman", "exec", host, "sh", "-c", command])
@@ -342,6 +370,7 @@ def measure(bench: Bench) -> Dict[str, Any]:
         "hosts": len(bench.names),
         "builds_per_release": builds,
     }
+    figures["breakdown"] = {run.label: run.breakdown() for run in (first, noop, bump)}
     figures["gate"] = {
         label: {
             "ratio": round(run.task_seconds(GATE_TASK) / run.wall, 2),
@@ -386,7 +415,7 @@ def report(figures: Dict[str, Any], seconds: float) -> str:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--hosts", type=int, default=3, help="systemd test hosts (>= 3 for figure 3)")
-    parser.add_argument("--compile-seconds", type=int, default=30, help="cost of one C translation unit")
+    parser.add_argument("--compile-seconds", type=int, default=20, help="cost of one C translation unit")
     parser.add_argument("--keep", action="store_true", help="leave the containers running (debugging)")
     args = parser.parse_args(argv)
     bench = Bench(args.hosts, args.compile_seconds, args.keep)
@@ -402,20 +431,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     log("hosts ready")
     try:
         figures = measure(bench)
-    except RuntimeError as exc:
-        log(str(exc))
-        kept = RESULTS / f"failed-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
-        shutil.copytree(bench.work, kept)
-        log(f"playbook outputs kept in {kept}")
+    except Exception as exc:  # any failure: say what, keep what the playbooks printed, remove the hosts
+        log(f"FAILED: {exc}")
+        log(f"playbook outputs: {bench.work}")
         return 1
     seconds = time.monotonic() - started
     text = report(figures, seconds)
     print(text)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    result = {"date": stamp, "machine": machine(), "seconds": round(seconds, 1), "figures": figures}
-    (RESULTS / f"{stamp}.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
-    log(f"results: {RESULTS / (stamp + '.json')}")
+    result = {"date": bench.stamp, "machine": machine(), "seconds": round(seconds, 1), "figures": figures}
+    (bench.work / "figures.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    (bench.work / "figures.txt").write_text(text + "\n")
+    log(f"results: {bench.work}/figures.json")
     return 0
 
 

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Copyright (c) vllm_ops.dflash contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """vllm_ops.dflash benchmarks: each figure is a RATIO measured in one run (see bench/README.md).
@@ -119,6 +118,11 @@ class PlaybookRun:
     def changed(self) -> int:
         return sum(stats.get("changed", 0) for stats in self.report["stats"].values())
 
+    def steps(self) -> Tuple[int, float]:
+        """Task steps that went to a host (>= 0.5 s; local ones take milliseconds), and their mean seconds."""
+        spans = [_span(task) for play in self.report["plays"] for task in play["tasks"] if _span(task) >= 0.5]
+        return len(spans), (sum(spans) / len(spans) if spans else 0.0)
+
     def breakdown(self, top: int = 8) -> Dict[str, Any]:
         """Tasks that ran per host (`ok` counts changed ones too), and the slowest tasks over all batches."""
         seconds: Dict[str, float] = {}
@@ -174,10 +178,10 @@ class Bench:
             _run(["podman", "run", "-d", "--name", name, "--hostname", name, "--systemd=always", IMAGE])
             self.started.append(name)
         for name in self.names:
-            for _ in range(60):
-                state = subprocess.run(
-                    ["podman", "exec", name, "systemctl", "is-system-running"], capture_output=True, text=True
-                ).stdout.strip()
+            booted = time.monotonic() + 30
+            while time.monotonic() < booted:
+                argv = ["podman", "exec", name, "systemctl", "is-system-running"]
+                state = subprocess.run(argv, capture_output=True, text=True, check=False).stdout.strip()
                 if state in ("running", "degraded"):
                     break
                 time.sleep(0.5)
@@ -278,14 +282,17 @@ class Bench:
         )
         return sum(int(self.sh(host, command).strip() or 0) for host in self.names)
 
-    def builds(self) -> Dict[str, int]:
-        """Release name -> how many hosts compiled it (source=build) rather than installing the fleet's wheel."""
-        counts: Dict[str, int] = {}
+    def builds(self) -> Tuple[Dict[str, int], Dict[str, int]]:
+        """Release name -> hosts that compiled it (source=build, not the fleet's wheel), and hosts that have it.
+
+        A host that named the fleet's wheel differently would show up as a release nobody built."""
+        built: Dict[str, int] = {}
+        holders: Dict[str, int] = {}
         for host in self.names:
             for manifest in self.manifests(host):
-                counts.setdefault(manifest["name"], 0)
-                counts[manifest["name"]] += manifest["source"] == "build"
-        return counts
+                built[manifest["name"]] = built.get(manifest["name"], 0) + (manifest["source"] == "build")
+                holders[manifest["name"]] = holders.get(manifest["name"], 0) + 1
+        return built, holders
 
 
 def fixture_probe_override() -> Dict[str, Any]:
@@ -316,14 +323,17 @@ def measure(bench: Bench) -> Dict[str, Any]:
     facts_play.write_text("- name: Facts only\n  hosts: gpu_hosts\n  gather_facts: true\n  tasks: []\n")
     gather = bench.playbook("gather-facts", str(facts_play))
 
-    since, builds_before = bench.clock(), bench.builds()
+    since, builds_before = bench.clock(), bench.builds()[0]
     noop = bench.playbook("deploy-2-noop", deploy)
+    steps, per_step = noop.steps()
     figures["noop"] = {
         "ratio": round(noop.wall / gather.wall, 2),
+        "sequential_remote_steps": steps,
+        "seconds_per_remote_step": round(per_step, 2),
         "goal": "<= 2.0",
         "deploy_seconds": round(noop.wall, 1),
         "gather_facts_seconds": round(gather.wall, 1),
-        "builds": sum(bench.builds().values()) - sum(builds_before.values()),
+        "builds": sum(bench.builds()[0].values()) - sum(builds_before.values()),
         "restarts": bench.restarts_since(since),
         "changed_tasks": noop.changed(),
     }
@@ -363,12 +373,13 @@ def measure(bench: Bench) -> Dict[str, Any]:
         "restarts": bench.restarts_since(since),
     }
 
-    builds = bench.builds()
+    builds, holders = bench.builds()
     figures["builds_per_input"] = {
         "ratio": round(sum(builds.values()) / len(builds), 2),
         "goal": "== 1 (each distinct build input built once)",
         "hosts": len(bench.names),
         "builds_per_release": builds,
+        "hosts_per_release": holders,
     }
     figures["breakdown"] = {run.label: run.breakdown() for run in (first, noop, bump)}
     figures["gate"] = {
@@ -397,13 +408,15 @@ def report(figures: Dict[str, Any], seconds: float) -> str:
         f"1. no-op deploy / gather_facts play    {noop['ratio']:>5}  (goal <= 2.0)  "
         f"{noop['deploy_seconds']} s / {noop['gather_facts_seconds']} s; builds={noop['builds']} "
         f"restarts={noop['restarts']} changed={noop['changed_tasks']}",
+        f"   the no-op ran {noop['sequential_remote_steps']} remote task steps in sequence, "
+        f"{noop['seconds_per_remote_step']} s each on this connection (podman exec)",
         f"2. bump warm / same bump from clean    {bump['ratio']:>5}  (goal <= 0.2)  "
         f"{bump['warm_build_seconds']} s / {bump['clean_build_seconds']} s "
         f"(compile {bump['compile_seconds_per_unit']} s per unit); restarts={bump['restarts']}",
         f"   warm: {bump['warm_precompiled_reason']}",
         f"3. builds per distinct build input     {builds['ratio']:>5}  (goal == 1)     "
         f"{sum(builds['builds_per_release'].values())} builds, {len(builds['builds_per_release'])} releases, "
-        f"{builds['hosts']} hosts",
+        f"{builds['hosts']} hosts; hosts per release {sorted(builds['hosts_per_release'].values())}",
         f"4. gate / whole deploy (bump)          {gate['bump']['ratio']:>5}                 "
         f"{gate['bump']['gate_seconds']} s / {gate['bump']['deploy_seconds']} s; first deploy "
         f"{gate['first']['ratio']}, no-op {gate['noop']['ratio']}",

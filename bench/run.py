@@ -244,7 +244,6 @@ class Bench:
             "dflash_gate_min_drafts": 20,
             "dflash_controller_wheel_dir": str(self.work / "wheels"),
         }
-        group_vars.update(fixture_probe_override())
         inventory = {"gpu_hosts": {"hosts": {name: {} for name in self.names}, "vars": group_vars}}
         self.inventory.write_text(json.dumps(inventory, indent=2))
 
@@ -293,25 +292,6 @@ class Bench:
                 built[manifest["name"]] = built.get(manifest["name"], 0) + (manifest["source"] == "build")
                 holders[manifest["name"]] = holders.get(manifest["name"], 0) + 1
         return built, holders
-
-
-def fixture_probe_override() -> Dict[str, Any]:
-    """Probes for a fixture engine older than main's 63cfe09, which lacks the vLLM 0.26.0 lines the roles'
-    default probes look for (the preflight would then refuse the DFlash drafter): the same question,
-    answered by the line the old engine does carry. Nothing when the engine has them."""
-    if (ROOT / "tests" / "fixtures" / "engine" / "vllm" / "v1" / "worker" / "gpu_model_runner.py").exists():
-        return {}
-    import yaml  # the test venv's PyYAML
-
-    probes = yaml.safe_load((ROOT / "roles" / "vllm_install" / "defaults" / "main.yml").read_text())["vllm_probes"]
-    questions = yaml.safe_load((ROOT / "roles" / "dflash_config" / "defaults" / "main.yml").read_text())
-    fixture = {
-        "name": "fixture_aux_layer_offset",
-        "path": "v1/worker/gpu/spec_decode/eagle/eagle3_utils.py",
-        "pattern": r"\[\s*i\s*\+\s*1\s+for\s+i\s+in\s+target_layer_ids\s*\]",
-    }
-    capability = dict(questions["dflash_capability_probes"], aux_layer_offset=fixture["name"])
-    return {"vllm_probes": [*probes, fixture], "dflash_capability_probes": capability}
 
 
 def measure(bench: Bench) -> Dict[str, Any]:

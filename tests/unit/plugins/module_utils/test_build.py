@@ -543,3 +543,23 @@ def test_auto_reuses_only_releases_whose_compiled_modules_were_checked(tiny, pip
         write_json_atomic(str(manifest_path), {"precompiled": True, "precompiled_details": {"mode": mode}})
         again = build(options(tiny, root, "main", pip_args), check_mode=True)
         assert (again["changed"], again["release_name"] == forced["release_name"]) == (not reused, reused), mode
+
+
+def test_a_separate_upstream_is_fetched_into_the_mirror_for_the_decision(tiny, tmp_path):
+    repo, shas = tiny
+    upstream = tmp_path / "upstream"
+    subprocess.run(["git", "clone", "-q", "--bare", str(repo), str(upstream)], check=True)
+    mirror = mirror_path(str(tmp_path / "root"), str(repo))
+    log = str(tmp_path / "fetch.log")
+    deadline = _build.Deadline(60)
+    _build.ensure_mirror(str(repo), mirror, 60, log, ["refs/pull/1/head"])
+    base = _build._fetch_base(str(repo), mirror, f"{upstream}#v1.0.0", deadline, log)
+    assert base == shas["c1"]
+    opts = BuildOptions(str(repo), "main", root=str(tmp_path / "root"), precompiled_base=f"{upstream}#main")
+    decision = _build._decide(opts, str(repo), mirror, shas["p1"], {}, deadline, log)
+    assert decision.reason.startswith(f"1 file changed since merge-base {shas['c2'][:12]} with {upstream}#main")
+    gone = f"{tmp_path / 'gone'}#main"
+    opts.precompiled_base = gone  # auto never fails a build over its base
+    decision = _build._decide(opts, str(repo), mirror, shas["p1"], {}, deadline, log)
+    assert decision.use is False and decision.reason.startswith(f"precompiled_base {gone} is unusable")
+    assert decision.reason.endswith(": full build")

@@ -15,10 +15,11 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import time
 import uuid
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import (
     read_json,
@@ -40,29 +41,52 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._git import (
     checkout,
     commit_exists,
     ensure_mirror,
+    fetch_ref,
     fetch_short_sha,
     git_env,
+    is_full_sha,
     mirror_path,
     normalize_repo,
     resolve_remote,
     resolve_short_sha,
+    rev_parse,
 )
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._lock import LockTimeout, host_lock
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._precompiled import (
+    MODES,
+    Decision,
+    PrecompiledError,
+    decide,
+    local_base_wheels,
+    needs_git,
+    parse_base,
+)
 
 __all__ = [
     "MANIFEST_SCHEMA",
+    "STATUS_NAME",
     "BuildError",
     "BuildOptions",
+    "StatusFile",
     "build",
+    "cache_env",
+    "derive_max_jobs",
     "inputs_hash",
     "prune_releases",
     "release_name",
 ]
 
 MANIFEST_SCHEMA = 1
+STATUS_NAME = "build-status.json"
 INSTALLERS = ("auto", "uv", "pip")
 TAIL_LINES = 20
 KILL_GRACE = 10.0
+GIB = 1024**3
+# vllm#8878: one nvcc/cicc job of vLLM's kernels can take several GiB; builds with MAX_JOBS = cores OOM.
+MEMORY_PER_JOB = 4 * GIB
+# Set by the `precompiled` option only: a stale value would silently reuse the wrong compiled modules.
+PRECOMPILED_ENV = ("VLLM_USE_PRECOMPILED", "VLLM_PRECOMPILED_WHEEL_LOCATION")
+BASE_REF_PREFIX = "refs/vllm-ops/precompiled-base/"
 
 
 class BuildError(Exception):
@@ -87,6 +111,10 @@ class BuildOptions:
         pip_args: Optional[Sequence[str]] = None,
         wheel: Optional[str] = None,
         expected_commit: Optional[str] = None,
+        precompiled: str = "auto",
+        precompiled_base: str = "main",
+        precompiled_wheel: Optional[str] = None,
+        run_id: Optional[str] = None,
     ) -> None:
         self.repo = repo
         self.ref = ref
@@ -101,6 +129,10 @@ class BuildOptions:
         self.pip_args = [str(a) for a in (pip_args or [])]
         self.wheel = wheel
         self.expected_commit = expected_commit.strip().lower() if expected_commit else None
+        self.precompiled = precompiled
+        self.precompiled_base = precompiled_base
+        self.precompiled_wheel = precompiled_wheel or None
+        self.run_id = run_id
 
 
 def inputs_hash(inputs: Mapping[str, Any]) -> str:
@@ -113,8 +145,12 @@ def release_name(commit: str, digest: str) -> str:
     return f"{commit[:12]}-{digest[:8]}"
 
 
+def _log_path(root: str, label: str) -> str:
+    return os.path.join(root, "logs", f"build-{label}-{utc_now().replace('-', '').replace(':', '')}.log")
+
+
 class _Paths:
-    def __init__(self, root: str, name: str) -> None:
+    def __init__(self, root: str, name: str, log: Optional[str] = None) -> None:
         self.release = os.path.join(root, "releases", name)
         self.venv = os.path.join(self.release, "venv")
         self.manifest = os.path.join(self.release, "manifest.json")
@@ -122,7 +158,7 @@ class _Paths:
         self.build = os.path.join(root, "build", name)
         self.src = os.path.join(self.build, "src")
         self.dist = os.path.join(self.build, "dist")
-        self.log = os.path.join(root, "logs", f"build-{name}-{utc_now().replace('-', '').replace(':', '')}.log")
+        self.log = log or _log_path(root, name)
 
 
 def _find_python(python: str) -> str:
@@ -132,13 +168,154 @@ def _find_python(python: str) -> str:
     return os.path.abspath(found)
 
 
-def _python_version(python: str) -> str:
-    result = run_command([python, "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"], 60, watchdog=False)
+_PROBE = """
+import sys
+print('%d.%d.%d' % sys.version_info[:3])
+try:
+    import importlib.metadata as metadata
+    print(metadata.version('torch'))
+except Exception:
+    print('')
+"""
+
+
+def _probe_python(python: str, with_torch: bool) -> Tuple[str, Optional[str]]:
+    """The interpreter's version, and (with_torch) the torch version it sees, or None."""
+    result = run_command([python, "-c", _PROBE], 60, watchdog=False)
     if not result.ok:
         raise BuildError(
             f"{python} does not run ({result.log_tail or result.rc}); set `python` to a working interpreter"
         )
-    return result.stdout.strip()
+    lines = [*result.stdout.splitlines(), "", ""]
+    return lines[0].strip(), ((lines[1].strip() or None) if with_torch else None)
+
+
+def _cpu_count() -> int:
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))  # the CPUs this process may use (cgroups, taskset)
+    return max(1, os.cpu_count() or 1)
+
+
+def _available_memory(meminfo: str, cgroup: str) -> Optional[int]:
+    """MemAvailable in bytes, lowered to the cgroup v2 limit's headroom when a container sets one."""
+    available = None
+    with contextlib.suppress(OSError, ValueError), open(meminfo, encoding="ascii") as handle:
+        for line in handle:
+            if line.startswith("MemAvailable:"):
+                available = int(line.split()[1]) * 1024
+                break
+    with contextlib.suppress(OSError, ValueError):
+        with open(os.path.join(cgroup, "memory.max"), encoding="ascii") as handle:
+            limit = handle.read().strip()
+        if limit != "max":
+            with open(os.path.join(cgroup, "memory.current"), encoding="ascii") as handle:
+                headroom = max(0, int(limit) - int(handle.read().strip()))
+            available = headroom if available is None else min(available, headroom)
+    return available
+
+
+def derive_max_jobs(
+    cpus: Optional[int] = None, meminfo: str = "/proc/meminfo", cgroup: str = "/sys/fs/cgroup"
+) -> Tuple[int, str]:
+    """MAX_JOBS for a host: min(CPUs, available memory / MEMORY_PER_JOB), at least 1, and why."""
+    cpus = cpus or _cpu_count()
+    available = _available_memory(meminfo, cgroup)
+    if available is None:
+        return cpus, f"{cpus} CPUs (available memory unknown)"
+    by_memory = available // MEMORY_PER_JOB
+    jobs = max(1, min(cpus, by_memory))
+    return jobs, (
+        f"min({cpus} CPUs, {available / GIB:.1f} GiB available / {MEMORY_PER_JOB // GIB} GiB per job = {by_memory})"
+        + (", at least 1" if by_memory < 1 else "")
+    )
+
+
+def cache_env(
+    root: str, installer: str, env: Mapping[str, str], which: Callable[..., Optional[str]] = shutil.which
+) -> Dict[str, str]:
+    """Cache directories under `<root>/cache/` for what this build uses, unless `env` already names one.
+
+    The installer's cache (uv or pip), and ccache/sccache when on PATH: vLLM's setup.py hands them to CMake
+    as compiler launchers by itself. They speed builds up and change no output, so they are no build input.
+    """
+    cache = os.path.join(root, "cache")
+    wanted = [("UV_CACHE_DIR", "uv")] if installer == "uv" else [("PIP_CACHE_DIR", "pip")]
+    for tool, variable in (("ccache", "CCACHE_DIR"), ("sccache", "SCCACHE_DIR")):
+        if which(tool, path=env.get("PATH")):
+            wanted.append((variable, tool))
+    return {variable: os.path.join(cache, sub) for variable, sub in wanted if variable not in env}
+
+
+class StatusFile:
+    """`<root>/build-status.json`: what the build is doing now, for a person or the role's poll loop.
+
+    Rewritten atomically at each stage and every few seconds while a command runs (the log's last
+    line). `run_id` lets a poller tell this run's status from an earlier run's. Best effort: a status
+    that cannot be written never fails the build.
+    """
+
+    def __init__(self, root: str, run_id: Optional[str], ref: str, enabled: bool = True) -> None:
+        self.path = os.path.join(root, STATUS_NAME)
+        self.enabled = enabled  # check mode writes nothing
+        self._started = time.monotonic()
+        self._stage_started = self._started
+        self.stage_seconds: Dict[str, float] = {}
+        self.data: Dict[str, Any] = {
+            "run_id": run_id,
+            "pid": os.getpid(),
+            "ref": ref,
+            "stage": None,
+            "started_at": utc_now(),
+            "release_name": None,
+            "commit": None,
+            "log_path": None,
+            "last_line": "",
+        }
+
+    def stage(self, name: str, last_line: Optional[str] = None, **fields: Any) -> None:
+        now = time.monotonic()
+        previous = self.data["stage"]
+        if previous is not None:
+            self.stage_seconds[previous] = round(self.stage_seconds.get(previous, 0.0) + now - self._stage_started, 3)
+        self._stage_started = now
+        self.data["stage"] = name
+        self.data.update(fields)
+        if last_line is not None:
+            self.data["last_line"] = last_line
+        self.write()
+
+    def tick(self) -> None:
+        """Publish the last line of the build log (called by the command runner while it waits)."""
+        log = self.data.get("log_path")
+        if log:
+            lines = [line for line in re.split(r"[\r\n]+", tail(log, 5)) if line.strip()]
+            if lines:
+                self.data["last_line"] = lines[-1].strip()[:300]
+        self.write()
+
+    def update(self, **fields: Any) -> None:
+        self.data.update(fields)
+        self.write()
+
+    def elapsed(self) -> float:
+        return round(time.monotonic() - self._started, 3)
+
+    def durations(self) -> Dict[str, float]:
+        """Seconds per stage so far, the running stage included."""
+        durations = dict(self.stage_seconds)
+        stage = self.data["stage"]
+        if stage not in (None, "done", "failed"):
+            durations[stage] = round(durations.get(stage, 0.0) + time.monotonic() - self._stage_started, 3)
+        return durations
+
+    def write(self) -> None:
+        if not self.enabled:
+            return
+        self.data["elapsed"] = self.elapsed()
+        self.data["updated_at"] = utc_now()
+        self.data["stage_seconds"] = self.stage_seconds
+        with contextlib.suppress(OSError):
+            write_json_atomic(self.path, self.data)
 
 
 def _find_installer(installer: str) -> str:
@@ -220,18 +397,37 @@ def _wheel_version(path: str) -> str:
     return parts[1] if len(parts) >= 5 else ""
 
 
-class _Builder:
-    """One build attempt: every step appends to the log and shares the deadline."""
+def _note(log_path: str, text: str) -> None:
+    os.makedirs(os.path.dirname(log_path), exist_ok=True)
+    with open(log_path, "a", encoding="utf-8") as handle:
+        handle.write(f"[{utc_now()}] {text}\n")
 
-    def __init__(self, opts: BuildOptions, paths: _Paths, deadline: Deadline, installer: str, python: str) -> None:
+
+class _Builder:
+    """One release attempt: every step appends to the log, shares the deadline and updates the status."""
+
+    def __init__(
+        self,
+        opts: BuildOptions,
+        paths: _Paths,
+        deadline: Deadline,
+        installer: str,
+        python: str,
+        status: StatusFile,
+        added_env: Mapping[str, str],
+    ) -> None:
         self.opts = opts
         self.paths = paths
         self.deadline = deadline
         self.installer = installer
         self.python = python
+        self.status = status
         env = git_env()
+        for name in PRECOMPILED_ENV:
+            env.pop(name, None)
         env.update(opts.build_env)
         env.update({"LC_ALL": "C", "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1"})
+        env.update(added_env)
         self.env = env
 
     @property
@@ -239,9 +435,7 @@ class _Builder:
         return os.path.join(self.paths.venv, "bin", "python")
 
     def note(self, text: str) -> None:
-        os.makedirs(os.path.dirname(self.paths.log), exist_ok=True)
-        with open(self.paths.log, "a", encoding="utf-8") as handle:
-            handle.write(f"[{utc_now()}] {text}\n")
+        _note(self.paths.log, text)
 
     def step(self, what: str, argv: List[str], cwd: Optional[str] = None) -> CommandResult:
         result = run_command(
@@ -252,6 +446,7 @@ class _Builder:
             cwd=cwd,
             grace=KILL_GRACE,
             tail_lines=TAIL_LINES,
+            progress=self.status.tick,
         )
         if result.timed_out:
             survivors = f"; processes that would not die: {result.survivors}" if result.survivors else ""
@@ -277,7 +472,8 @@ class _Builder:
         if self.installer == "uv":
             argv = ["uv", "build", "--wheel", "--python", self.venv_python, "--out-dir", self.paths.dist]
         else:
-            argv = [self.venv_python, "-m", "pip", "wheel", "--no-deps", "--wheel-dir", self.paths.dist]
+            # -v: the build backend's own output (compiler lines) goes to the log and the status file live.
+            argv = [self.venv_python, "-m", "pip", "wheel", "-v", "--no-deps", "--wheel-dir", self.paths.dist]
         self.step("building the wheel", argv + isolation + self.opts.pip_args + [src], cwd=src)
         built = _single_wheel(self.paths.dist)
         if not built:
@@ -307,22 +503,134 @@ class _Builder:
             argv = [self.venv_python, "-m", "pip", "install"]
         self.step("installing the wheel", argv + self.opts.pip_args + [wheel])
 
-    def fetch_source(self, resolution: Resolution, repo: str, mirror: str) -> None:
-        commit = resolution.commit or ""
-        extra = [resolution.full_ref] if resolution.kind == "ref" and resolution.full_ref else []
+    def checkout(self, mirror: str, commit: str) -> None:
         try:
-            ensure_mirror(repo, mirror, self.deadline.remaining(), self.paths.log, extra)
-            if not commit_exists(mirror, commit):  # a SHA reachable from no branch or tag: ask for it
-                with contextlib.suppress(GitError):  # a server that refuses says so in the log
-                    ensure_mirror(repo, mirror, self.deadline.remaining(), self.paths.log, [commit])
-            if not commit_exists(mirror, commit):
-                raise BuildError(
-                    f"commit {commit} does not exist in {redact_url(repo)} (or the server does not serve it by SHA);"
-                    " check `ref`, or name it by a branch, tag or refs/pull/N/head"
-                )
             checkout(mirror, commit, self.paths.src, self.deadline.remaining(), self.paths.log)
         except GitError as exc:
             raise BuildError(str(exc)) from exc
+
+
+def _fetch_commit(repo: str, mirror: str, resolution: Resolution, deadline: Deadline, log: str) -> None:
+    """Bring the mirror up to date (a fetch, or the first clone) and make sure it holds the commit."""
+    commit = resolution.commit or ""
+    extra = [resolution.full_ref] if resolution.kind == "ref" and resolution.full_ref else []
+    ensure_mirror(repo, mirror, deadline.remaining(), log, extra)
+    if not commit_exists(mirror, commit):  # a SHA reachable from no branch or tag: ask for it
+        with contextlib.suppress(GitError):  # a server that refuses says so in the log
+            ensure_mirror(repo, mirror, deadline.remaining(), log, [commit])
+    if not commit_exists(mirror, commit):
+        raise BuildError(
+            f"commit {commit} does not exist in {redact_url(repo)} (or the server does not serve it by SHA);"
+            " check `ref`, or name it by a branch, tag or refs/pull/N/head"
+        )
+
+
+def _base_label(base_url: Optional[str], base_ref: str) -> str:
+    return base_ref if base_url is None else f"{redact_url(base_url)}#{base_ref}"
+
+
+def _base_dest_ref(base_url: str) -> str:
+    return BASE_REF_PREFIX + hashlib.sha256(redact_url(base_url).encode("utf-8")).hexdigest()[:8]
+
+
+def _same_repo(base_url: Optional[str], repo: str) -> bool:
+    return base_url is None or normalize_repo(base_url) == repo
+
+
+def _fetch_base(repo: str, mirror: str, base: str, deadline: Deadline, log: str) -> str:
+    """The commit of `precompiled_base` in the mirror, fetching it from its repository when needed."""
+    base_url, base_ref = parse_base(base)
+    if base_url is None or normalize_repo(base_url) == repo:
+        sha = rev_parse(mirror, base_ref)  # ensure_mirror fetched every branch and tag
+        if sha is None and (base_ref.startswith("refs/") or is_full_sha(base_ref)):
+            ensure_mirror(repo, mirror, deadline.remaining(), log, [base_ref])
+            sha = rev_parse(mirror, base_ref)
+        if sha is None:
+            raise PrecompiledError(f"{base_ref!r} is not a branch, tag, ref or commit of {redact_url(repo)}")
+        return sha
+    resolution = resolve_remote(base_url, base_ref, min(deadline.remaining(), 120.0))
+    if not resolution.commit:
+        raise PrecompiledError(f"{base_ref!r} is a short SHA, which cannot be fetched from another repository")
+    if not commit_exists(mirror, resolution.commit):
+        source = resolution.full_ref if resolution.full_ref else resolution.commit
+        fetch_ref(base_url, mirror, source, _base_dest_ref(base_url), deadline.remaining(), log)
+    return resolution.commit
+
+
+def _decide(
+    opts: BuildOptions, repo: str, mirror: str, commit: str, inputs: Mapping[str, Any], deadline: Deadline, log: str
+) -> Decision:
+    base_url, base_ref = parse_base(opts.precompiled_base)
+    label = _base_label(base_url, base_ref)
+    try:
+        base_commit = _fetch_base(repo, mirror, opts.precompiled_base, deadline, log)
+    except (GitError, PrecompiledError) as exc:
+        if opts.precompiled != "auto":
+            raise
+        return Decision(False, opts.precompiled, f"precompiled_base {label} is unusable ({exc}): full build")
+    candidates = local_base_wheels(opts.root, inputs)
+    return decide(opts.precompiled, opts.precompiled_wheel, commit, mirror, base_commit, label, candidates)
+
+
+def _predict_decision(opts: BuildOptions, repo: str, mirror: str, commit: str, inputs: Mapping[str, Any]) -> Decision:
+    """The decision in check mode: from the mirror as it is (read only), when it holds what is needed."""
+    if not needs_git(opts.precompiled, opts.precompiled_wheel):
+        return decide(opts.precompiled, opts.precompiled_wheel)
+    base_url, base_ref = parse_base(opts.precompiled_base)
+    label = _base_label(base_url, base_ref)
+    base_commit = None
+    if os.path.isdir(mirror) and commit_exists(mirror, commit):
+        base_commit = rev_parse(mirror, base_ref if _same_repo(base_url, repo) else _base_dest_ref(base_url or ""))
+    if base_commit is None:
+        reason = (
+            f"not decided in check mode: the mirror does not hold {commit[:12]} and {label} yet "
+            "(the release name assumes a full build)"
+        )
+        return Decision(False, opts.precompiled, reason, decided=False)
+    candidates = local_base_wheels(opts.root, inputs)
+    return decide(opts.precompiled, opts.precompiled_wheel, commit, mirror, base_commit, label, candidates)
+
+
+def _named(commit: str, inputs: Mapping[str, Any], use_precompiled: bool) -> Tuple[str, str]:
+    """(digest, release name): the precompiled decision is a build input, its environment is not."""
+    digest = inputs_hash(dict(inputs, precompiled=use_precompiled))
+    return digest, release_name(commit, digest)
+
+
+def _existing(opts: BuildOptions, commit: str, inputs: Mapping[str, Any]) -> Optional[Tuple[str, str, Dict]]:
+    """An already built release of `commit` that this run accepts: (name, digest, manifest).
+
+    auto accepts a full build, and a precompiled one only if auto decided it (from the diff): one forced
+    with `always` may hold compiled modules that do not match the commit's sources.
+    """
+    choices = {"never": [False], "always": [True]}.get(opts.precompiled, [False, True])
+    for use in choices:
+        digest, name = _named(commit, inputs, use)
+        manifest = read_json(os.path.join(opts.root, "releases", name, "manifest.json"), None)
+        if manifest is None:
+            continue
+        if use and opts.precompiled == "auto" and (manifest.get("precompiled_details") or {}).get("mode") != "auto":
+            continue
+        return name, digest, manifest
+    return None
+
+
+def _added_env(opts: BuildOptions, installer: str, decision: Decision) -> Tuple[Dict[str, str], Dict[str, str]]:
+    """What vllm_build adds to the build's environment (none of it a build input), and where MAX_JOBS came from."""
+    user = dict(os.environ)
+    user.update(opts.build_env)
+    added: Dict[str, str] = {}
+    if "MAX_JOBS" in opts.build_env:
+        max_jobs = {"value": opts.build_env["MAX_JOBS"], "source": "build_env"}
+    elif "MAX_JOBS" in os.environ:
+        max_jobs = {"value": os.environ["MAX_JOBS"], "source": "the environment of the module"}
+    else:
+        jobs, why = derive_max_jobs()
+        added["MAX_JOBS"] = str(jobs)
+        max_jobs = {"value": str(jobs), "source": f"derived: {why}"}
+    added.update(cache_env(opts.root, installer, user))
+    added.update(decision.env())
+    return added, max_jobs
 
 
 def _failure_message(cause: str, log_path: str) -> str:
@@ -332,23 +640,41 @@ def _failure_message(cause: str, log_path: str) -> str:
     )
 
 
-def _make_release(
-    opts: BuildOptions,
-    builder: _Builder,
-    resolution: Resolution,
-    repo: str,
-    mirror: str,
-    inputs: Dict[str, Any],
-    digest: str,
-    name: str,
-) -> Dict[str, Any]:
+class _Plan:
+    """What one release attempt builds: the commit, its inputs, the precompiled decision and the name."""
+
+    def __init__(
+        self,
+        resolution: Resolution,
+        repo: str,
+        mirror: str,
+        inputs: Dict[str, Any],
+        decision: Decision,
+        max_jobs: Mapping[str, str],
+        added_env: Mapping[str, str],
+    ) -> None:
+        self.resolution = resolution
+        self.commit = resolution.commit or ""
+        self.repo = repo
+        self.mirror = mirror
+        self.decision = decision
+        self.inputs = dict(inputs, precompiled=decision.use)
+        self.digest, self.name = _named(self.commit, inputs, decision.use)
+        self.max_jobs = dict(max_jobs)
+        self.added_env = dict(added_env)
+
+
+def _make_release(opts: BuildOptions, builder: _Builder, plan: _Plan) -> Dict[str, Any]:
     paths = builder.paths
-    commit = resolution.commit or ""
+    status = builder.status
     started = time.monotonic()
     _hide_and_remove(paths.release)  # debris of a run that was killed outright (no manifest: we hold the lock)
     shutil.rmtree(paths.build, ignore_errors=True)
-    builder.note(f"vllm_build {name}: {redact_url(repo)} {opts.ref} -> {commit}")
-    builder.note("inputs: " + json.dumps(inputs, sort_keys=True))
+    builder.note(f"vllm_build {plan.name}: {redact_url(plan.repo)} {opts.ref} -> {plan.commit}")
+    builder.note("inputs: " + json.dumps(plan.inputs, sort_keys=True))
+    builder.note(f"precompiled: {'yes' if plan.decision.use else 'no'}: {plan.decision.reason}")
+    builder.note(f"MAX_JOBS={plan.max_jobs['value']} ({plan.max_jobs['source']})")
+    builder.note("environment added by vllm_build (not build inputs): " + json.dumps(plan.added_env, sort_keys=True))
     try:
         if opts.wheel:
             wheel = builder.adopt_wheel(opts.wheel)
@@ -359,30 +685,39 @@ def _make_release(
             if wheel:
                 builder.note(f"reusing the wheel built earlier: {wheel}")
             else:
-                builder.fetch_source(resolution, repo, mirror)
+                status.stage("fetch", f"checking out {plan.commit[:12]}")
+                builder.checkout(plan.mirror, plan.commit)
+        status.stage("install" if wheel else "build", "creating the venv")
         builder.create_venv()
         if not wheel:
             wheel = builder.build_wheel(paths.src)
+            status.stage("install", f"installing {os.path.basename(wheel)}")
         builder.install(wheel)
         wheel_sha = sha256_file(wheel)
         manifest = {
             "schema": MANIFEST_SCHEMA,
-            "name": name,
-            "commit": commit,
+            "name": plan.name,
+            "commit": plan.commit,
             "requested_ref": opts.ref,
-            "resolved_ref": resolution.full_ref,
-            "repo": redact_url(repo),
-            "inputs": inputs,
-            "inputs_hash": digest,
+            "resolved_ref": plan.resolution.full_ref,
+            "repo": redact_url(plan.repo),
+            "inputs": plan.inputs,
+            "inputs_hash": plan.digest,
             "wheel": {"path": wheel, "sha256": wheel_sha},
             "version": _wheel_version(wheel),
             "built_at": utc_now(),
             "build_seconds": round(time.monotonic() - started, 3),
+            "stage_seconds": status.durations(),
             "log_path": paths.log,
             "source": source,
+            "precompiled": plan.decision.use,
+            "precompiled_reason": plan.decision.reason,
+            "precompiled_details": plan.decision.details(),
+            "max_jobs": plan.max_jobs,
+            "added_env": {key: redact_url(value) for key, value in plan.added_env.items()},
         }
         write_json_atomic(paths.manifest, manifest)  # last: from now on the release exists
-        builder.note(f"release {name} complete")
+        builder.note(f"release {plan.name} complete")
     except BaseException as exc:
         _hide_and_remove(paths.release)
         shutil.rmtree(paths.build, ignore_errors=True)
@@ -405,8 +740,15 @@ def _result(
     manifest: Optional[Mapping[str, Any]],
     msg: str,
     pruned: Optional[List[str]] = None,
+    decision: Optional[Decision] = None,
 ) -> Dict[str, Any]:
     wheel = (manifest or {}).get("wheel") or {}
+    if manifest is not None:
+        precompiled, reason = manifest.get("precompiled"), manifest.get("precompiled_reason")
+        max_jobs = (manifest.get("max_jobs") or {}).get("value")
+    else:
+        precompiled = decision.use if decision is not None and decision.decided else None
+        reason, max_jobs = (decision.reason if decision is not None else None), None
     return {
         "changed": changed,
         "built": built,
@@ -418,7 +760,12 @@ def _result(
         "wheel_sha256": wheel.get("sha256"),
         "log_path": (manifest or {}).get("log_path"),
         "inputs_hash": digest,
+        "precompiled": precompiled,
+        "precompiled_reason": reason,
+        "max_jobs": max_jobs,
         "duration": round(time.monotonic() - started, 3),
+        "stage_seconds": {},
+        "status_path": os.path.join(opts.root, STATUS_NAME),
         "pruned": pruned or [],
         "msg": msg,
     }
@@ -433,66 +780,158 @@ def _check_expected(opts: BuildOptions, commit: Optional[str], repo: str) -> Non
         )
 
 
+def _validate(opts: BuildOptions) -> None:
+    if opts.wheel and not (opts.wheel.endswith(".whl") and os.path.isfile(opts.wheel)):
+        raise BuildError(f"wheel {opts.wheel!r} is not a .whl file on this host; give the path of a wheel")
+    if opts.precompiled not in MODES:
+        raise BuildError(f"precompiled {opts.precompiled!r} is not one of {', '.join(MODES)}")
+    reserved = sorted(name for name in PRECOMPILED_ENV if name in opts.build_env)
+    if reserved:
+        raise BuildError(
+            f"build_env sets {', '.join(reserved)}; the `precompiled` option decides that (auto from the diff, "
+            "or always/never) and `precompiled_wheel` gives the base wheel: remove them from build_env"
+        )
+    try:
+        parse_base(opts.precompiled_base)
+    except PrecompiledError as exc:
+        raise BuildError(str(exc)) from exc
+
+
 def build(opts: BuildOptions, check_mode: bool = False) -> Dict[str, Any]:
     """Resolve `opts.ref`, and build + install it as a release unless that release already exists.
 
     Returns the vllm_build result dict. Raises BuildError (unreachable repo, unknown ref,
     expected_commit mismatch, failed or timed-out build: the message names the log and its tail).
+    Outside check mode, `<root>/build-status.json` follows the run from `resolve` to `done` or `failed`.
     """
     started = time.monotonic()
-    deadline = Deadline(opts.build_timeout)
-    if opts.wheel and not (opts.wheel.endswith(".whl") and os.path.isfile(opts.wheel)):
-        raise BuildError(f"wheel {opts.wheel!r} is not a .whl file on this host; give the path of a wheel")
+    _validate(opts)
+    status = StatusFile(opts.root, opts.run_id, opts.ref, enabled=not check_mode)
     try:
-        repo = normalize_repo(opts.repo)
-        python = _find_python(opts.python)
-        installer = _find_installer(opts.installer)
-        inputs = {
-            "python": python,
-            "python_version": _python_version(python),
-            "installer": installer,
-            "build_env": opts.build_env,
-            "build_isolation": opts.build_isolation,
-            "system_site_packages": opts.system_site_packages,
-            "pip_args": opts.pip_args,
-        }
-        digest = inputs_hash(inputs)
-        mirror = mirror_path(opts.root, repo)
-        resolution = resolve_remote(repo, opts.ref, min(deadline.remaining(), 120.0))
+        status.stage("resolve", f"resolving {opts.ref}")
+        result = _build(opts, check_mode, started, status)
+    except BaseException as exc:
+        cause = exc
+        if isinstance(exc, (GitError, LockTimeout, PrecompiledError)):
+            cause = BuildError(str(exc))
+        status.stage("failed", (str(cause).splitlines() or [type(exc).__name__])[0][:300])
+        if cause is not exc:
+            raise cause from exc
+        raise
+    result["stage_seconds"] = status.durations()
+    status.stage("done", result["msg"], release_name=result["release_name"], commit=result["commit"])
+    return result
+
+
+def _build(opts: BuildOptions, check_mode: bool, started: float, status: StatusFile) -> Dict[str, Any]:
+    deadline = Deadline(opts.build_timeout)
+    repo = normalize_repo(opts.repo)
+    python = _find_python(opts.python)
+    installer = _find_installer(opts.installer)
+    python_version, torch = _probe_python(python, with_torch=not opts.build_isolation)
+    inputs = {
+        "python": python,
+        "python_version": python_version,
+        "installer": installer,
+        "build_env": opts.build_env,
+        "build_isolation": opts.build_isolation,
+        "system_site_packages": opts.system_site_packages,
+        "pip_args": opts.pip_args,
+        # Compiled modules depend on torch's ABI: the torch the build sees without isolation (with
+        # isolation, the commit's own build requirements pin it, and the commit is in the name) ...
+        "torch": torch,
+        # ... and on the GPU architectures compiled for (unset: the build host's GPUs).
+        "torch_cuda_arch_list": opts.build_env.get("TORCH_CUDA_ARCH_LIST", os.environ.get("TORCH_CUDA_ARCH_LIST")),
+    }
+    mirror = mirror_path(opts.root, repo)
+    resolution = resolve_remote(repo, opts.ref, min(deadline.remaining(), 120.0))
+    _check_expected(opts, resolution.commit, repo)
+
+    if resolution.commit is None:  # short SHA: read an existing mirror (no lock needed to read)
+        resolution.commit = resolve_short_sha(mirror, opts.ref, repo)
         _check_expected(opts, resolution.commit, repo)
+    if resolution.commit:
+        found = _existing(opts, resolution.commit, inputs)
+        if found is not None:
+            name, digest, manifest = found
+            return _result(opts, resolution, name, digest, started, False, False, manifest, f"{name} exists")
+    if check_mode:
+        if not resolution.commit:
+            msg = f"would fetch {redact_url(repo)} to resolve the short SHA {opts.ref!r}, then build"
+            return _result(opts, resolution, None, inputs_hash(inputs), started, True, False, None, msg)
+        decision = _predict_decision(opts, repo, mirror, resolution.commit, inputs)
+        digest, name = _named(resolution.commit, inputs, decision.use)
+        msg = f"would build {name}"
+        return _result(opts, resolution, name, digest, started, True, False, None, msg, decision=decision)
 
-        if resolution.commit is None:  # short SHA: read an existing mirror (no lock needed to read)
-            resolution.commit = resolve_short_sha(mirror, opts.ref, repo)
+    with host_lock(opts.root, deadline.remaining()):
+        if resolution.commit is None:
+            fetch_log = os.path.join(opts.root, "logs", f"fetch-{os.path.basename(mirror)}.log")
+            status.stage("fetch", f"fetching {redact_url(repo)} to resolve {opts.ref}", log_path=fetch_log)
+            resolution.commit = fetch_short_sha(repo, mirror, opts.ref, deadline.remaining(), fetch_log)
             _check_expected(opts, resolution.commit, repo)
-        if resolution.commit:
-            name = release_name(resolution.commit, digest)
-            manifest = read_json(os.path.join(opts.root, "releases", name, "manifest.json"), None)
-            if manifest is not None:
-                return _result(opts, resolution, name, digest, started, False, False, manifest, f"{name} exists")
-        if check_mode:
-            if not resolution.commit:
-                msg = f"would fetch {redact_url(repo)} to resolve the short SHA {opts.ref!r}, then build"
-                return _result(opts, resolution, None, digest, started, True, False, None, msg)
-            return _result(opts, resolution, name, digest, started, True, False, None, f"would build {name}")
+        found = _existing(opts, resolution.commit, inputs)  # built by whoever held the lock before us
+        if found is not None:
+            name, digest, manifest = found
+            return _result(opts, resolution, name, digest, started, False, False, manifest, f"{name} exists")
+        plan = _plan(opts, resolution, repo, mirror, inputs, installer, deadline, status, started)
+        if isinstance(plan, dict):
+            return plan
+        paths = _Paths(opts.root, plan.name, status.data.get("log_path"))
+        status.update(release_name=plan.name, commit=plan.commit, log_path=paths.log)
+        builder = _Builder(opts, paths, deadline, installer, python, status, plan.added_env)
+        manifest = _make_release(opts, builder, plan)
+        pruned = prune_releases(opts.root, opts.keep_releases, protect=[plan.name])
+    built = manifest["source"] == "build"
+    return _result(
+        opts, resolution, plan.name, plan.digest, started, True, built, manifest, f"built {plan.name}", pruned
+    )
 
-        with host_lock(opts.root, deadline.remaining()):
-            commit = resolution.commit
-            if commit is None:
-                fetch_log = os.path.join(opts.root, "logs", f"fetch-{os.path.basename(mirror)}.log")
-                commit = fetch_short_sha(repo, mirror, opts.ref, deadline.remaining(), fetch_log)
-                resolution.commit = commit
-                _check_expected(opts, commit, repo)
-            name = release_name(commit, digest)
-            paths = _Paths(opts.root, name)
-            manifest = read_json(paths.manifest, None)  # built by whoever held the lock before us
-            if manifest is not None:
-                return _result(opts, resolution, name, digest, started, False, False, manifest, f"{name} exists")
-            builder = _Builder(opts, paths, deadline, installer, python)
-            manifest = _make_release(opts, builder, resolution, repo, mirror, inputs, digest, name)
-            pruned = prune_releases(opts.root, opts.keep_releases, protect=[name])
-        built = manifest["source"] == "build"
-        return _result(opts, resolution, name, digest, started, True, built, manifest, f"built {name}", pruned)
-    except GitError as exc:
-        raise BuildError(str(exc)) from exc
-    except LockTimeout as exc:
-        raise BuildError(str(exc)) from exc
+
+def _plan(
+    opts: BuildOptions,
+    resolution: Resolution,
+    repo: str,
+    mirror: str,
+    inputs: Dict[str, Any],
+    installer: str,
+    deadline: Deadline,
+    status: StatusFile,
+    started: float,
+) -> Union[_Plan, Dict[str, Any]]:
+    """Fetch what the decision and the build need, decide, and name the release (under the host lock).
+
+    Returns a _Plan, or the result dict when the decided release turns out to exist already.
+    """
+    commit = resolution.commit or ""
+    decision = None
+    need_source = not opts.wheel
+    name = None
+    if not needs_git(opts.precompiled, opts.precompiled_wheel):
+        decision = decide(opts.precompiled, opts.precompiled_wheel)
+        name = _named(commit, inputs, decision.use)[1]
+        need_source = need_source and _single_wheel(os.path.join(opts.root, "wheels", name)) is None
+    log = None
+    if need_source or decision is None:
+        log = _log_path(opts.root, name or f"{commit[:12]}-pending")
+        status.stage("fetch", f"fetching {redact_url(repo)}", commit=commit, log_path=log)
+        _note(log, f"vllm_build: fetching {redact_url(repo)} for {opts.ref} -> {commit}")
+        try:
+            _fetch_commit(repo, mirror, resolution, deadline, log)
+            if decision is None:
+                decision = _decide(opts, repo, mirror, commit, inputs, deadline, log)
+        except (BuildError, GitError, PrecompiledError) as exc:
+            _note(log, f"FAILED: {exc}")
+            raise BuildError(_failure_message(str(exc), log)) from exc
+    added_env, max_jobs = _added_env(opts, installer, decision)
+    plan = _Plan(resolution, repo, mirror, inputs, decision, max_jobs, added_env)
+    if log is not None and name is None:
+        manifest = read_json(os.path.join(opts.root, "releases", plan.name, "manifest.json"), None)
+        if manifest is not None:  # e.g. made by `always` and found again by auto's own decision
+            os.unlink(log)
+            msg = f"{plan.name} exists"
+            return _result(opts, resolution, plan.name, plan.digest, started, False, False, manifest, msg)
+        final = _log_path(opts.root, plan.name)
+        os.replace(log, final)  # the fetch's output opens the release's build log
+        status.data["log_path"] = final
+    return plan

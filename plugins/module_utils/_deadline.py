@@ -24,13 +24,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import IO, Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import IO, Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import redact_url, utc_now
 
 __all__ = ["CommandInterrupted", "CommandResult", "Deadline", "group_members", "run", "tail"]
 
 DEFAULT_GRACE = 10.0
+DEFAULT_PROGRESS_EVERY = 3.0
 _POLL = 0.2
 _TAIL_BYTES = 64 * 1024
 
@@ -275,14 +276,18 @@ def run(
     grace: float = DEFAULT_GRACE,
     tail_lines: int = 20,
     watchdog: bool = True,
+    progress: Optional[Callable[[], None]] = None,
+    progress_every: float = DEFAULT_PROGRESS_EVERY,
 ) -> CommandResult:
     """Run `argv` for at most `timeout` seconds; kill its whole process group on expiry.
 
     With `log_path`, stdout and stderr are appended to that file (after a header line naming the
     command) and `log_tail` holds its last `tail_lines` lines; otherwise they are captured into
     `stdout`/`stderr` and `log_tail` is the tail of stderr. `watchdog` guards against the module being
-    SIGKILLed mid-command (worth its ~30 ms for long commands only). Raises CommandInterrupted if the
-    module gets SIGTERM/SIGINT/SIGHUP; OSError if the program cannot be started.
+    SIGKILLed mid-command (worth its ~30 ms for long commands only). `progress` is called about every
+    `progress_every` seconds while the command runs (e.g. to publish the log's last line); its OSError or
+    ValueError never disturbs the command. Raises CommandInterrupted if the module gets
+    SIGTERM/SIGINT/SIGHUP; OSError if the program cannot be started.
     """
     if timeout <= 0:
         return CommandResult(argv, None, 0.0, True, log_tail=tail(log_path, tail_lines) if log_path else "")
@@ -298,7 +303,9 @@ def run(
             out = stack.enter_context(tempfile.TemporaryFile())
             err = stack.enter_context(tempfile.TemporaryFile())
         started = time.monotonic()
-        rc, timed_out, interrupted, survivors = _supervise(argv, timeout, out, err, env, cwd, grace, watchdog)
+        rc, timed_out, interrupted, survivors = _supervise(
+            argv, timeout, out, err, env, cwd, grace, watchdog, progress, progress_every
+        )
         elapsed = time.monotonic() - started
         if log_path:
             if timed_out:
@@ -339,6 +346,8 @@ def _supervise(
     cwd: Optional[str],
     grace: float,
     watchdog: bool,
+    progress: Optional[Callable[[], None]] = None,
+    progress_every: float = DEFAULT_PROGRESS_EVERY,
 ) -> Tuple[Optional[int], bool, int, List[int]]:
     """Start, wait, kill on expiry or on a signal. Returns (rc, timed_out, signal number, survivors)."""
     timed_out = False
@@ -360,14 +369,20 @@ def _supervise(
             )
             if watchdog:
                 guard = _start_watchdog(proc.pid, grace)
+            reported = started
             while True:
-                left = timeout - (time.monotonic() - started)
+                now = time.monotonic()
+                left = timeout - (now - started)
                 if left <= 0:
                     timed_out = True
                     survivors = _kill_group(proc, grace)
                     break
+                if progress is not None and now - reported >= progress_every:
+                    reported = now
+                    with contextlib.suppress(OSError, ValueError):
+                        progress()
                 try:
-                    proc.wait(timeout=min(left, 1.0))
+                    proc.wait(timeout=min(left, 1.0, progress_every))
                     break
                 except subprocess.TimeoutExpired:
                     continue

@@ -22,17 +22,21 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._deadline import C
 __all__ = [
     "GitError",
     "Resolution",
+    "changed_paths",
     "checkout",
     "commit_exists",
     "ensure_mirror",
+    "fetch_ref",
     "fetch_short_sha",
     "git_env",
     "is_full_sha",
     "ls_remote",
+    "merge_base",
     "mirror_path",
     "normalize_repo",
     "resolve_remote",
     "resolve_short_sha",
+    "rev_parse",
 ]
 
 _FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
@@ -226,6 +230,48 @@ def ensure_mirror(
             refspecs.append(item)
     args = ["fetch", "--quiet", "--", repo, *refspecs]
     _check(_git(args, timeout, git_dir=mirror, log_path=log_path, long_running=True), "git fetch", repo, timeout)
+
+
+def fetch_ref(url: str, mirror: str, ref: str, dest_ref: str, timeout: float, log_path: Optional[str] = None) -> None:
+    """Fetch `ref` (a full refs/... name or a full SHA) of another repository `url` into `dest_ref` of the mirror.
+
+    Used for the upstream a fork is compared with: objects shared with the fork are not fetched twice.
+    """
+    source = ref if is_full_sha(ref) else f"+{ref}"
+    refspec = f"{source}:{dest_ref}"
+    args = ["fetch", "--quiet", "--", url, refspec]
+    _check(_git(args, timeout, git_dir=mirror, log_path=log_path, long_running=True), "git fetch", url, timeout)
+
+
+def rev_parse(mirror: str, name: str) -> Optional[str]:
+    """The commit `name` (branch, tag, refs/... or SHA) names in the mirror, or None."""
+    if name.startswith("refs/") or is_full_sha(name):
+        candidates = [name]
+    else:
+        candidates = [f"refs/heads/{name}", f"refs/tags/{name}"]
+    for candidate in candidates:
+        result = _git(["rev-parse", "--verify", "-q", candidate + "^{commit}"], QUERY_TIMEOUT, git_dir=mirror)
+        sha = result.stdout.strip()
+        if result.ok and is_full_sha(sha):
+            return sha
+    return None
+
+
+def merge_base(mirror: str, first: str, second: str) -> Optional[str]:
+    """The best common ancestor of two commits of the mirror, or None for unrelated histories."""
+    result = _git(["merge-base", first, second], QUERY_TIMEOUT, git_dir=mirror)
+    sha = result.stdout.strip()
+    if result.rc == 1 and not sha:
+        return None
+    _check(result, "git merge-base", mirror, QUERY_TIMEOUT)
+    return sha
+
+
+def changed_paths(mirror: str, old: str, new: str) -> List[str]:
+    """Paths that differ between two commits. Renames count on both sides (the old path changed too)."""
+    result = _git(["diff", "--name-only", "--no-renames", "-z", old, new], QUERY_TIMEOUT, git_dir=mirror)
+    _check(result, "git diff", mirror, QUERY_TIMEOUT)
+    return [path for path in result.stdout.split("\0") if path]
 
 
 def fetch_short_sha(repo: str, mirror: str, prefix: str, timeout: float, log_path: Optional[str] = None) -> str:

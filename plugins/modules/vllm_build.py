@@ -11,11 +11,25 @@ description:
   - Resolves O(ref) of O(repo) to a full commit SHA, then builds a wheel of that commit and installs it into a
     new virtual environment O(root)C(/releases/<sha12>-<inputs8>/venv), where C(<inputs8>) is a hash of the
     build inputs (interpreter path and version, installer, O(build_env), O(build_isolation),
-    O(system_site_packages), O(pip_args)). The same commit built with the same inputs always maps to the same
-    release, so a re-run is a path lookup and does nothing.
+    O(system_site_packages), O(pip_args), the torch version the build compiles against when it is knowable,
+    C(TORCH_CUDA_ARCH_LIST) and the precompiled decision). The same commit built with the same inputs always maps
+    to the same release, so a re-run is a path lookup and does nothing, and a fleet builds each release once.
+  - The torch version is an input only with O(build_isolation=false), read from the interpreter O(python) (with
+    O(system_site_packages), what the release venv sees). With build isolation the commit's own build requirements
+    pin torch, and the commit is already in the name. C(TORCH_CUDA_ARCH_LIST) comes from O(build_env), else from
+    the module's environment; unset, vLLM compiles for the GPUs of the building host, so set it for a mixed fleet.
   - The ref is resolved with C(git ls-remote) first (no fetch). The source is fetched into a bare mirror
     O(root)C(/src/<repo>.git) with full history and all tags (never shallow, the version
-    C(0.1.devN+g<hash>) depends on it) only when a build is needed or O(ref) is a short SHA.
+    C(0.1.devN+g<hash>) depends on it) only when a build is needed or O(ref) is a short SHA. A branch bump is a
+    C(git fetch) into that mirror, never a new clone.
+  - O(precompiled=auto) builds Python-only changes with vLLM's C(VLLM_USE_PRECOMPILED=1) - see O(precompiled).
+  - Caches under O(root)C(/cache/) - the installer's (C(PIP_CACHE_DIR) or C(UV_CACHE_DIR)), and C(CCACHE_DIR) /
+    C(SCCACHE_DIR) when ccache or sccache is on PATH (vLLM's setup.py uses them by itself). C(MAX_JOBS), unless
+    set in O(build_env) or the environment, is min(CPUs, available memory / 4 GiB), at least 1, because vLLM builds
+    with one job per CPU run out of memory. None of these is a build input; the manifest records them.
+  - While it runs, the module keeps O(root)C(/build-status.json) up to date - stage (C(resolve), C(fetch),
+    C(build), C(install), then C(done) or C(failed)), O(run_id), elapsed seconds, the last line of the build log
+    - so a person, or the C(vllm_install) role's poll loop, can follow a long build.
   - A release is complete only when its C(manifest.json) exists; the module writes it last. On any failure
     (timeout, compile error, install error) the half release and the build checkout are removed, the build
     log under O(root)C(/logs/) is kept, and the error names the log and shows its last lines.
@@ -89,7 +103,9 @@ options:
   build_env:
     description:
       - Extra environment for every build step, on top of the module's environment, for example C(MAX_JOBS),
-        C(NVCC_THREADS), C(TORCH_CUDA_ARCH_LIST), C(VLLM_USE_PRECOMPILED). C(LC_ALL=C) is always set.
+        C(NVCC_THREADS), C(TORCH_CUDA_ARCH_LIST), C(VLLM_PRECOMPILED_WHEEL_VARIANT). C(LC_ALL=C) is always set.
+      - C(VLLM_USE_PRECOMPILED) and C(VLLM_PRECOMPILED_WHEEL_LOCATION) are refused here - O(precompiled) and
+        O(precompiled_wheel) set them.
       - It is a build input, so changing it builds a new release. It is recorded in C(manifest.json); do not put
         secrets here.
     type: dict
@@ -129,10 +145,52 @@ options:
         hosts). O(ref) is still resolved, because the release name and C(manifest.json) carry the commit. A copy
         is kept under O(root)C(/wheels/<name>/); C(manifest.json) records C(source=wheel).
     type: path
+  precompiled:
+    description:
+      - Whether the wheel build reuses compiled libraries (vLLM's C(VLLM_USE_PRECOMPILED=1)) instead of compiling
+        the CUDA/C++ sources.
+      - V(auto) - lists the files changed between the commit and its merge-base with O(precompiled_base), and uses
+        the precompiled path only when none is under C(csrc/), C(cmake/), C(setup.py), C(requirements/) or is a
+        C(CMakeLists.txt), B(and) a base wheel is known - O(precompiled_wheel), or the wheel of an earlier release
+        on this host built with the same inputs whose commit has the same compiled sources (the wheel of the
+        merge-base first). So a Python-only bump or PR on a host that built its base reuses that base's libraries.
+        Otherwise it builds in full. The mirror is fetched to decide, before the release is named.
+      - V(always) - the precompiled path without checking the diff; without O(precompiled_wheel), vLLM looks the
+        base wheel up itself (network). V(never) - always compile.
+      - The decision (not its environment) is a build input - a precompiled release of a commit is not the full build
+        of it. The decision and its reason are returned (RV(precompiled), RV(precompiled_reason)) and written to
+        the build log and C(manifest.json).
+      - With O(wheel), pass how that wheel was built - V(always) or V(never), the building host's RV(precompiled) -
+        so that the release gets the building host's name without fetching the repository here. V(auto) decides as a
+        build here would, which needs the mirror and may differ from the building host.
+    type: str
+    choices: [auto, always, never]
+    default: auto
+  precompiled_base:
+    description:
+      - The upstream branch the ref came from, for O(precompiled=auto) - a branch, tag or C(refs/...) of O(repo), or
+        C(<url>#<ref>) for a separate upstream (a fork built from its own repository, compared with
+        C(https://github.com/vllm-project/vllm.git#main)); that ref is fetched into the mirror.
+      - If it cannot be fetched, O(precompiled=auto) builds in full and says why in RV(precompiled_reason).
+    type: str
+    default: main
+  precompiled_wheel:
+    description:
+      - The base wheel for the precompiled path (C(VLLM_PRECOMPILED_WHEEL_LOCATION)) - a path on the host or a URL.
+        C({merge_base}) in it is replaced by the merge-base commit, for example
+        C(https://wheels.vllm.ai/{merge_base}/vllm-1.0.0.dev-cp38-abi3-manylinux1_x86_64.whl).
+      - Not a build input (a host-local path); the decision is.
+    type: str
+  run_id:
+    description:
+      - An identifier of this run, written into O(root)C(/build-status.json) so that a poller can tell this run's
+        status from an earlier one's (the C(vllm_install) role passes a fresh one).
+    type: str
 notes:
   - A wheel already present in O(root)C(/wheels/<name>/) (left by an earlier run whose install failed, or put
     there by hand) is installed instead of building again; delete that directory to force a rebuild.
-  - Run long builds with C(async) and C(poll) so that a dropped SSH connection does not end them.
+  - Run long builds with C(async) so that a dropped SSH connection does not end them; the C(vllm_install) role
+    does, and prints the stage and last log line from O(root)C(/build-status.json) while it waits.
 seealso:
   - module: vllm_ops.dflash.vllm_release
   - module: vllm_ops.dflash.vllm_facts
@@ -157,8 +215,14 @@ EXAMPLES = r"""
     repo: https://github.com/vllm-project/vllm.git
     ref: main
     expected_commit: 3cfc8f8b7a1b
-    build_env:
-      VLLM_USE_PRECOMPILED: "1"
+
+- name: A fork's Python-only branch, with the compiled libraries of upstream's nightly wheel of the merge-base
+  vllm_ops.dflash.vllm_build:
+    repo: https://github.com/example/vllm.git
+    ref: dflash-fixes
+    precompiled: auto
+    precompiled_base: https://github.com/vllm-project/vllm.git#main
+    precompiled_wheel: https://wheels.vllm.ai/{merge_base}/vllm-1.0.0.dev-cp38-abi3-manylinux1_x86_64.whl
 
 - name: Air-gapped host - build requirements and dependencies come from a local wheelhouse
   vllm_ops.dflash.vllm_build:
@@ -178,6 +242,7 @@ EXAMPLES = r"""
     repo: https://github.com/vllm-project/vllm.git
     ref: "{{ hostvars[groups['gpu'][0]].vllm_build.commit }}"
     wheel: "/tmp/{{ hostvars[groups['gpu'][0]].vllm_build.wheel | basename }}"
+    precompiled: "{{ 'always' if hostvars[groups['gpu'][0]].vllm_build.precompiled else 'never' }}"
 """
 
 RETURN = r"""
@@ -233,6 +298,33 @@ pruned:
   returned: always
   type: list
   elements: str
+precompiled:
+  description:
+    - Whether the release is (or, in check mode, would be) built with the precompiled path. Null in check mode when
+      the decision needs a mirror that does not hold the commit yet.
+  returned: always
+  type: bool
+precompiled_reason:
+  description: Why, in one sentence (files changed since the merge-base, which compiled ones, which base wheel).
+  returned: always
+  type: str
+  sample: "12 files changed since merge-base 3cfc8f8b7a1b with main, none under csrc/ cmake/ CMakeLists.txt setup.py
+    requirements/: precompiled from the wheel of release 3cfc8f8b7a1b-1a2b3c4d (same compiled sources)"
+max_jobs:
+  description: C(MAX_JOBS) of the build (derived or given; see C(manifest.json) C(max_jobs.source)). Null in check mode.
+  returned: always
+  type: str
+  sample: "5"
+stage_seconds:
+  description: Seconds this run spent per stage (C(resolve), C(fetch), C(build), C(install)); empty in check mode.
+  returned: always
+  type: dict
+  sample: {"resolve": 0.4, "fetch": 2.1, "build": 1510.2, "install": 35.0}
+status_path:
+  description: The status file this run kept up to date (not written in check mode).
+  returned: always
+  type: str
+  sample: /opt/vllm/build-status.json
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -256,12 +348,17 @@ def main() -> None:
             "system_site_packages": {"type": "bool", "default": False},
             "pip_args": {"type": "list", "elements": "str", "default": []},
             "wheel": {"type": "path"},
+            "precompiled": {"type": "str", "choices": ["auto", "always", "never"], "default": "auto"},
+            "precompiled_base": {"type": "str", "default": "main"},
+            "precompiled_wheel": {"type": "str"},
+            "run_id": {"type": "str"},
         },
         supports_check_mode=True,
     )
     params = module.params
     # A token in the URL must not come back in `invocation`; the core still gets the real URL.
-    module.no_log_values.update(_url_secrets(params["repo"]))
+    for url in (params["repo"], params["precompiled_base"], params["precompiled_wheel"] or ""):
+        module.no_log_values.update(_url_secrets(url))
     if params["build_timeout"] <= 0:
         module.fail_json(msg=f"build_timeout must be a positive number of seconds, got {params['build_timeout']}")
     options = BuildOptions(
@@ -278,6 +375,10 @@ def main() -> None:
         pip_args=params["pip_args"],
         wheel=params["wheel"],
         expected_commit=params["expected_commit"],
+        precompiled=params["precompiled"],
+        precompiled_base=params["precompiled_base"],
+        precompiled_wheel=params["precompiled_wheel"],
+        run_id=params["run_id"],
     )
     try:
         result = build(options, check_mode=module.check_mode)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -15,12 +17,16 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils import _build
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build import (
     BuildError,
     BuildOptions,
+    StatusFile,
     build,
+    cache_env,
+    derive_max_jobs,
     inputs_hash,
     prune_releases,
     release_name,
 )
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import sha256_file, write_json_atomic
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._git import mirror_path
 from ansible_collections.vllm_ops.dflash.tests.helpers.tiny_repo import (
     add_commit,
     installed_version,
@@ -130,12 +136,28 @@ def test_branch_bump_builds_exactly_one_new_release(tiny, fleet, pip_args):
     assert (same["changed"], same["release_name"]) == (False, results["main"]["release_name"])
 
     before = set(os.listdir(root / "releases"))
+    mirror = Path(mirror_path(str(root), str(repo)))
+    (mirror / "vllm-ops-test-marker").write_text("the mirror of the first build")
     bumped = add_commit(repo, "bump", "bumped")
     result = build(options(tiny, root, "bump", pip_args))
     assert (result["changed"], result["built"], result["commit"]) == (True, True, bumped)
     assert set(os.listdir(root / "releases")) - before == {result["release_name"]}
     assert installed_version(os.path.join(result["release"], "venv")).endswith("+g" + bumped[:9])
     assert build(options(tiny, root, "bump", pip_args))["changed"] is False
+    # The bump fetched into the existing mirror: no new clone (the marker survived), no `git init`.
+    assert (mirror / "vllm-ops-test-marker").exists()
+    git_lines = [line for line in Path(result["log_path"]).read_text().splitlines() if "$ git" in line]
+    assert f"$ git --git-dir {mirror} fetch" in git_lines[0]
+    assert not [line for line in git_lines if " init " in line]
+    assert [line for line in git_lines if " clone " in line] == [  # only the build's checkout, from the mirror
+        line for line in git_lines if f" clone --quiet --shared --no-checkout {mirror} " in line
+    ]
+    # Python-only bump: the compiled parts come from main's release (tinypkg ignores them, vLLM does not).
+    assert result["precompiled"] is True
+    assert f"precompiled from the wheel of release {results['main']['release_name']}" in result["precompiled_reason"]
+    manifest = json.loads(Path(result["release"], "manifest.json").read_text())
+    assert manifest["added_env"]["VLLM_PRECOMPILED_WHEEL_LOCATION"] == results["main"]["wheel"]
+    assert manifest["inputs"]["precompiled"] is True and manifest["precompiled_reason"] == result["precompiled_reason"]
 
 
 def _fake_current(root: Path) -> None:
@@ -159,10 +181,32 @@ def test_timeout_kills_the_build_and_leaves_no_release(tiny, pip_args, tmp_path)
     opts = options(
         tiny, root, "slow", pip_args, build_timeout=12, build_isolation=False, build_env={"TINY_SLOW_MARKER": marker}
     )
+    opts.run_id = "slow-run"
+    seen = []
+    stop = threading.Event()
+
+    def watch() -> None:  # what the role's poll loop sees while the build runs
+        while not stop.wait(0.4):
+            with contextlib.suppress(OSError, ValueError):
+                seen.append(json.loads((root / "build-status.json").read_text()))
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
     started = time.monotonic()
-    with pytest.raises(BuildError) as info:
-        build(opts)
+    try:
+        with pytest.raises(BuildError) as info:
+            build(opts)
+    finally:
+        stop.set()
+        watcher.join()
     took = time.monotonic() - started
+    building = [status for status in seen if status["stage"] == "build"]
+    assert {status["run_id"] for status in seen} == {"slow-run"}
+    assert len({status["elapsed"] for status in building}) >= 3  # rewritten while the command runs
+    assert any(status["last_line"].startswith("[") and "$ " in status["last_line"] for status in building)
+    final = json.loads((root / "build-status.json").read_text())
+    assert final["stage"] == "failed" and "timed out" in final["last_line"]
+    assert set(final["stage_seconds"]) == {"resolve", "fetch", "build"}
     assert 12 <= took < 20
     message = str(info.value)
     pid = int(marker.read_text())  # the sleeping setup.py did start
@@ -200,14 +244,18 @@ def test_compile_error_names_the_cause_and_keeps_the_log(tiny, pip_args, tmp_pat
         ("main", {"python": "python-that-does-not-exist"}, "python 'python-that-does-not-exist' not found"),
     ],
 )
-def test_fails_before_building_and_writes_nothing(tiny, pip_args, tmp_path, ref, extra, expected):
-    opts = options(tiny, tmp_path / "root", ref, pip_args)
+def test_fails_before_building_and_writes_only_the_status(tiny, pip_args, tmp_path, ref, extra, expected):
+    opts = options(tiny, tmp_path / "root", ref, pip_args, run_id="run-1")
     for key, value in extra.items():
         setattr(opts, key, value)
     with pytest.raises(BuildError, match=re.escape(expected)) as info:
         build(opts)
     assert "hunter22" not in str(info.value)
-    assert not (tmp_path / "root").exists()
+    assert os.listdir(tmp_path / "root") == ["build-status.json"]  # a poller learns of the failure at once
+    status_text = (tmp_path / "root" / "build-status.json").read_text()
+    status = json.loads(status_text)
+    assert (status["run_id"], status["stage"]) == ("run-1", "failed")
+    assert expected in status["last_line"] and "hunter22" not in status_text
 
 
 def test_unknown_full_sha_fails_before_the_venv(tiny, pip_args, tmp_path):
@@ -250,7 +298,9 @@ def test_wheel_option_installs_without_building(tiny, fleet, pip_args, tmp_path)
     results = fleet[1]
     built = results["main"]
     root = tmp_path / "other-host"
-    result = build(options(tiny, root, "main", pip_args, wheel=built["wheel"]))
+    # As the role does: the wheel's own decision (a full build here), so nothing has to be fetched to name it.
+    assert built["precompiled"] is False
+    result = build(options(tiny, root, "main", pip_args, wheel=built["wheel"], precompiled="never"))
     assert (result["changed"], result["built"]) == (True, False)
     assert result["release_name"] == built["release_name"]
     assert result["wheel_sha256"] == built["wheel_sha256"]
@@ -283,20 +333,44 @@ def test_uv_requested_but_missing(tiny, pip_args, tmp_path, monkeypatch):
 
 
 @pytest.mark.engine
-def test_fixture_engine_pull_request_builds_with_its_c_extensions(pip_args, tmp_path):
-    """The fixture engine (a vLLM stand-in with real C extensions), installed from a PR head like z-lab's."""
+def test_fixture_engine_python_only_pull_request_is_built_precompiled(pip_args, tmp_path):
+    """The fixture engine (a vLLM stand-in with real C extensions): main in full, then its PR head (a
+    Python-only change, installed from a PR head like z-lab's) with main's compiled modules."""
     engine_repo = pytest.importorskip("ansible_collections.vllm_ops.dflash.tests.helpers.engine_repo")
     repo = tmp_path / "engine"
     refs = engine_repo.create_engine_repo(repo)
-    opts = BuildOptions(str(repo), "refs/pull/1/head", root=str(tmp_path / "root"), python=sys.executable)
-    opts.pip_args = pip_args
-    result = build(opts)
-    assert (result["built"], result["commit"]) == (True, refs["refs/pull/1/head"])
-    venv_python = os.path.join(result["release"], "venv", "bin", "python")
-    code = "import vllm, vllm._C, vllm._moe_C; print(vllm.__version__)"
-    version = subprocess.run([venv_python, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
-    assert version == engine_repo.scm_version(repo, result["commit"])
-    assert json.loads(Path(result["release"], "manifest.json").read_text())["version"] == version
+    root = tmp_path / "root"
+
+    def engine_options(ref: str, **kwargs) -> BuildOptions:
+        return BuildOptions(str(repo), ref, root=str(root), python=sys.executable, pip_args=pip_args, **kwargs)
+
+    main = build(engine_options("main"))
+    assert (main["built"], main["precompiled"]) == (True, False)
+    assert "but no base wheel" in main["precompiled_reason"]
+    pull = build(engine_options("refs/pull/1/head"))
+    assert (pull["built"], pull["commit"], pull["precompiled"]) == (True, refs["refs/pull/1/head"], True)
+    merge_base = refs["refs/heads/main"][:12]
+    assert pull["precompiled_reason"] == (
+        f"1 file changed since merge-base {merge_base} with main, none under csrc/ cmake/ CMakeLists.txt setup.py "
+        f"requirements/: precompiled from the wheel of release {main['release_name']} (same compiled sources)"
+    )
+    log = Path(pull["log_path"]).read_text()
+    assert f"Using precompiled extensions from {main['wheel']}" in log  # the engine's setup.py honoured it
+    assert f"precompiled: yes: {pull['precompiled_reason']}" in log
+    venv_python = os.path.join(pull["release"], "venv", "bin", "python")
+    code = "import vllm, vllm._C, vllm._moe_C, vllm.cumem_allocator; print(vllm.__version__, vllm._C.add(2, 3))"
+    out = subprocess.run([venv_python, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == [engine_repo.scm_version(repo, pull["commit"]), "5"]
+    manifest = json.loads(Path(pull["release"], "manifest.json").read_text())
+    assert manifest["version"] == out[0] and manifest["precompiled_details"]["base_release"] == main["release_name"]
+    # The same commit built in full is another release; a C change is never built precompiled.
+    assert build(engine_options("refs/pull/1/head", precompiled="never"), check_mode=True)["release_name"] not in (
+        pull["release_name"],
+        None,
+    )
+    broken = build(engine_options("fault/broken-ext"), check_mode=True)
+    assert broken["precompiled"] is False and "1 under csrc/ cmake/" in broken["precompiled_reason"]
+    assert "(csrc/ops.c): full build" in broken["precompiled_reason"]
 
 
 def test_inputs_hash_and_name():
@@ -341,3 +415,151 @@ def test_prune_trusts_the_current_link_and_can_be_disabled(tmp_path):
     os.symlink("releases/" + names[0], tmp_path / "current")
     assert prune_releases(str(tmp_path), keep=0) == []
     assert prune_releases(str(tmp_path), keep=1) == [names[1]]
+
+
+def _meminfo(tmp_path: Path, available_kib: int) -> str:
+    path = tmp_path / "meminfo"
+    path.write_text(f"MemTotal:       99999999 kB\nMemFree:  1 kB\nMemAvailable:   {available_kib} kB\n")
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("cpus", "available_gib", "jobs"),
+    [(16, 20.5, 5), (2, 24, 2), (64, 256, 64), (8, 3.9, 1), (8, 0, 1)],
+)
+def test_max_jobs_is_bounded_by_cpus_and_memory(tmp_path, cpus, available_gib, jobs):
+    meminfo = _meminfo(tmp_path, int(available_gib * 1024 * 1024))
+    derived, why = derive_max_jobs(cpus=cpus, meminfo=meminfo, cgroup=str(tmp_path / "no-cgroup"))
+    assert derived == jobs
+    assert why.startswith(f"min({cpus} CPUs, {available_gib:.1f} GiB available / 4 GiB per job")
+    assert ("at least 1" in why) is (available_gib < 4)
+
+
+def test_max_jobs_honours_a_cgroup_memory_limit_and_unknown_memory(tmp_path):
+    cgroup = tmp_path / "cgroup"
+    cgroup.mkdir()
+    (cgroup / "memory.max").write_text(str(10 * 1024**3) + "\n")
+    (cgroup / "memory.current").write_text(str(2 * 1024**3) + "\n")
+    meminfo = _meminfo(tmp_path, 64 * 1024 * 1024)
+    assert derive_max_jobs(cpus=32, meminfo=meminfo, cgroup=str(cgroup))[0] == 2  # 8 GiB of headroom
+    (cgroup / "memory.max").write_text("max\n")
+    assert derive_max_jobs(cpus=32, meminfo=meminfo, cgroup=str(cgroup))[0] == 16
+    assert derive_max_jobs(cpus=3, meminfo=str(tmp_path / "none"), cgroup=str(tmp_path / "none")) == (
+        3,
+        "3 CPUs (available memory unknown)",
+    )
+
+
+def test_max_jobs_is_derived_only_when_the_user_did_not_set_it(tiny, pip_args, monkeypatch):
+    monkeypatch.delenv("MAX_JOBS", raising=False)
+    decision = _build.decide("never")
+    opts = options(tiny, "/opt/vllm", "main", pip_args)
+    added, max_jobs = _build._added_env(opts, "pip", decision)
+    assert added["MAX_JOBS"] == max_jobs["value"] and max_jobs["source"].startswith("derived: min(")
+    opts.build_env = {"MAX_JOBS": "3"}
+    added, max_jobs = _build._added_env(opts, "pip", decision)
+    assert "MAX_JOBS" not in added and max_jobs == {"value": "3", "source": "build_env"}
+    monkeypatch.setenv("MAX_JOBS", "7")
+    opts.build_env = {}
+    added, max_jobs = _build._added_env(opts, "pip", decision)
+    assert "MAX_JOBS" not in added and max_jobs["value"] == "7"
+
+
+def test_cache_env_per_installer_and_compiler_cache(tmp_path):
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    env = {"PATH": str(tools)}
+    assert cache_env("/opt/vllm", "pip", env) == {"PIP_CACHE_DIR": "/opt/vllm/cache/pip"}
+    assert cache_env("/opt/vllm", "uv", env) == {"UV_CACHE_DIR": "/opt/vllm/cache/uv"}
+    for tool in ("ccache", "sccache"):
+        (tools / tool).write_text("#!/bin/sh\n")
+        (tools / tool).chmod(0o755)
+    assert cache_env("/opt/vllm", "uv", env) == {
+        "UV_CACHE_DIR": "/opt/vllm/cache/uv",
+        "CCACHE_DIR": "/opt/vllm/cache/ccache",
+        "SCCACHE_DIR": "/opt/vllm/cache/sccache",
+    }
+    assert cache_env("/opt/vllm", "pip", dict(env, PIP_CACHE_DIR="/x", CCACHE_DIR="/y")) == {
+        "SCCACHE_DIR": "/opt/vllm/cache/sccache"
+    }
+
+
+def test_status_file_stages_ticks_and_durations(tmp_path):
+    log = tmp_path / "build.log"
+    log.write_text("[t] $ pip wheel .\n  Building wheel for vllm: started\r  Building wheel for vllm: still running\n")
+    status = StatusFile(str(tmp_path), "run-7", "main")
+    status.stage("resolve", "resolving main")
+    time.sleep(0.05)
+    status.stage("build", log_path=str(log))
+    status.tick()
+    data = json.loads((tmp_path / "build-status.json").read_text())
+    assert (data["run_id"], data["ref"], data["stage"], data["pid"]) == ("run-7", "main", "build", os.getpid())
+    assert data["last_line"] == "Building wheel for vllm: still running"
+    assert data["stage_seconds"]["resolve"] >= 0.05 and data["elapsed"] >= 0.05
+    assert set(status.durations()) == {"resolve", "build"}
+    StatusFile(str(tmp_path / "check"), None, "main", enabled=False).stage("resolve")
+    assert not (tmp_path / "check").exists()
+
+
+def test_torch_version_is_probed_only_without_build_isolation(tmp_path, monkeypatch):
+    site = tmp_path / "site"
+    (site / "torch-2.9.0.dist-info").mkdir(parents=True)
+    (site / "torch-2.9.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.9.0\n")
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    version = ".".join(str(part) for part in sys.version_info[:3])
+    assert _build._probe_python(sys.executable, with_torch=True) == (version, "2.9.0")
+    assert _build._probe_python(sys.executable, with_torch=False) == (version, None)
+
+
+def test_inputs_cover_torch_arch_list_and_the_precompiled_decision(tiny, fleet, pip_args, monkeypatch):
+    root, results = fleet
+    manifest = json.loads(Path(results["main"]["release"], "manifest.json").read_text())
+    assert {"torch", "torch_cuda_arch_list", "precompiled"} <= set(manifest["inputs"])
+    assert manifest["max_jobs"]["source"].startswith("derived: ")
+    assert manifest["added_env"]["PIP_CACHE_DIR"] == str(root / "cache" / "pip")
+    names = {results["main"]["release_name"]}
+    for env in ({"TORCH_CUDA_ARCH_LIST": "9.0"}, {"TORCH_CUDA_ARCH_LIST": "9.0 10.0"}):
+        names.add(build(options(tiny, root, "main", pip_args, build_env=env), check_mode=True)["release_name"])
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "8.0")  # set on the host, not in build_env: still an input
+    names.add(build(options(tiny, root, "main", pip_args), check_mode=True)["release_name"])
+    monkeypatch.delenv("TORCH_CUDA_ARCH_LIST")
+    names.add(build(options(tiny, root, "main", pip_args, precompiled="always"), check_mode=True)["release_name"])
+    assert len(names) == 5
+
+
+def test_precompiled_env_belongs_to_the_option(tiny, pip_args, tmp_path):
+    opts = options(tiny, tmp_path / "root", "main", pip_args, build_env={"VLLM_USE_PRECOMPILED": "1"})
+    with pytest.raises(BuildError, match="build_env sets VLLM_USE_PRECOMPILED; the `precompiled` option decides"):
+        build(opts, check_mode=True)
+    with pytest.raises(BuildError, match="precompiled_base 'x#' is not a ref"):
+        build(options(tiny, tmp_path / "root", "main", pip_args, precompiled_base="x#"), check_mode=True)
+
+
+def test_auto_reuses_only_releases_whose_compiled_modules_were_checked(tiny, pip_args, tmp_path):
+    root = tmp_path / "root"
+    forced = build(options(tiny, root, "main", pip_args, precompiled="always"), check_mode=True)
+    manifest_path = root / "releases" / forced["release_name"] / "manifest.json"
+    for mode, reused in (("always", False), ("auto", True)):
+        write_json_atomic(str(manifest_path), {"precompiled": True, "precompiled_details": {"mode": mode}})
+        again = build(options(tiny, root, "main", pip_args), check_mode=True)
+        assert (again["changed"], again["release_name"] == forced["release_name"]) == (not reused, reused), mode
+
+
+def test_a_separate_upstream_is_fetched_into_the_mirror_for_the_decision(tiny, tmp_path):
+    repo, shas = tiny
+    upstream = tmp_path / "upstream"
+    subprocess.run(["git", "clone", "-q", "--bare", str(repo), str(upstream)], check=True)
+    mirror = mirror_path(str(tmp_path / "root"), str(repo))
+    log = str(tmp_path / "fetch.log")
+    deadline = _build.Deadline(60)
+    _build.ensure_mirror(str(repo), mirror, 60, log, ["refs/pull/1/head"])
+    base = _build._fetch_base(str(repo), mirror, f"{upstream}#v1.0.0", deadline, log)
+    assert base == shas["c1"]
+    opts = BuildOptions(str(repo), "main", root=str(tmp_path / "root"), precompiled_base=f"{upstream}#main")
+    decision = _build._decide(opts, str(repo), mirror, shas["p1"], {}, deadline, log)
+    assert decision.reason.startswith(f"1 file changed since merge-base {shas['c2'][:12]} with {upstream}#main")
+    gone = f"{tmp_path / 'gone'}#main"
+    opts.precompiled_base = gone  # auto never fails a build over its base
+    decision = _build._decide(opts, str(repo), mirror, shas["p1"], {}, deadline, log)
+    assert decision.use is False and decision.reason.startswith(f"precompiled_base {gone} is unusable")
+    assert decision.reason.endswith(": full build")

@@ -85,6 +85,23 @@ def test_timeout_kills_the_whole_group(tmp_path):
     assert "started" in tail(log, 5)
 
 
+def test_progress_is_reported_while_the_command_runs(tmp_path):
+    log = tmp_path / "build.log"
+    seen = []
+
+    def progress() -> None:
+        seen.append(tail(str(log), 1))
+        if len(seen) == 2:
+            raise OSError("a status file that cannot be written")  # must not disturb the command
+
+    script = "for i in 1 2 3 4 5 6; do echo step $i; sleep 0.25; done"
+    result = run(["sh", "-c", script], timeout=20, log_path=str(log), progress=progress, progress_every=0.3)
+    assert result.ok
+    assert 3 <= len(seen) <= 7
+    assert any(line.startswith("step ") for line in seen)  # the log's latest line, mid-command
+    assert run(["true"], timeout=5, progress=lambda: seen.append("x"), progress_every=60).ok  # quick: none
+
+
 def test_expired_budget_runs_nothing(tmp_path):
     marker = tmp_path / "ran"
     result = run(["touch", str(marker)], timeout=0)

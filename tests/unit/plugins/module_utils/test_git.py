@@ -10,16 +10,20 @@ from pathlib import Path
 import pytest
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._git import (
     GitError,
+    changed_paths,
     checkout,
     commit_exists,
     ensure_mirror,
+    fetch_ref,
     fetch_short_sha,
     git_env,
+    merge_base,
     mirror_path,
     resolve_remote,
     resolve_short_sha,
+    rev_parse,
 )
-from ansible_collections.vllm_ops.dflash.tests.helpers.tiny_repo import git, make_tiny_repo
+from ansible_collections.vllm_ops.dflash.tests.helpers.tiny_repo import add_commit, git, make_tiny_repo
 
 UNREACHABLE = "https://deploy:s3cr3t-token@127.0.0.1:9/vllm.git"  # port 9: connection refused at once
 
@@ -190,3 +194,41 @@ def test_checkout_has_full_history_and_tags(tiny, mirror, tmp_path, label):
 def test_checkout_of_unknown_commit_fails_clearly(mirror, tmp_path):
     with pytest.raises(GitError, match="git checkout failed"):
         checkout(mirror, "0" * 40, str(tmp_path / "src"), 60)
+
+
+def test_a_branch_bump_is_a_fetch_into_the_same_mirror(tmp_path):
+    repo = tmp_path / "repo"
+    make_tiny_repo(repo)
+    path = mirror_path(str(tmp_path / "root"), str(repo))
+    log = tmp_path / "fetch.log"
+    ensure_mirror(str(repo), path, 60, str(log))
+    Path(path, "vllm-ops-test-marker").write_text("first mirror")
+    inode = os.stat(path).st_ino
+    bumped = add_commit(repo, "main", "bumped")
+    git(repo, "tag", "-a", "v1.1.0", "-m", "tag after the bump", bumped)
+    ensure_mirror(str(repo), path, 60, str(log))
+    assert Path(path, "vllm-ops-test-marker").read_text() == "first mirror" and os.stat(path).st_ino == inode
+    assert git(Path(path), "rev-parse", "refs/heads/main") == bumped
+    assert git(Path(path), "rev-parse", "v1.1.0^{commit}") == bumped  # tags too: setuptools-scm needs them
+    assert git(Path(path), "rev-parse", "--is-shallow-repository") == "false"
+    commands = [line.split("$ ", 1)[1] for line in log.read_text().splitlines() if "$ git" in line]
+    assert len(commands) == 2 and all(command.startswith(f"git --git-dir {path} fetch ") for command in commands)
+    assert all("--depth" not in command for command in commands)
+
+
+def test_merge_base_diff_and_a_separate_upstream(tiny, mirror, tmp_path):
+    repo, shas = tiny
+    assert merge_base(mirror, shas["p1"], shas["c3"]) == shas["c2"]
+    assert changed_paths(mirror, shas["c2"], shas["p1"]) == ["tinypkg/__init__.py"]
+    assert rev_parse(mirror, "main") == shas["c3"] and rev_parse(mirror, "v1.0.0") == shas["c1"]
+    assert rev_parse(mirror, "refs/pull/1/head") == shas["p1"] and rev_parse(mirror, "nope") is None
+    # An upstream fetched into its own ref of another mirror: history shared, merge-base found.
+    other = mirror_path(str(tmp_path), "/elsewhere/fork.git")
+    ensure_mirror(str(repo), other, 60)
+    orphan_tree = git(repo, "rev-parse", "main^{tree}")
+    orphan = git(repo, "commit-tree", "-m", "unrelated", orphan_tree)
+    git(repo, "update-ref", "refs/heads/unrelated-up", orphan)
+    fetch_ref(str(repo), other, "refs/heads/unrelated-up", "refs/vllm-ops/precompiled-base/x", 60)
+    assert rev_parse(other, "refs/vllm-ops/precompiled-base/x") == orphan
+    assert merge_base(other, orphan, shas["c3"]) is None
+    git(repo, "update-ref", "-d", "refs/heads/unrelated-up")

@@ -17,7 +17,8 @@ from ansible_collections.vllm_ops.dflash.tests.helpers.tiny_repo import installe
 COLLECTIONS = Path(__file__).resolve().parents[4] / ".cache" / "ac"
 MODULE = "ansible_collections.vllm_ops.dflash.plugins.modules.vllm_build"
 RETURNS = {"commit", "requested_ref", "release", "release_name", "built", "wheel", "wheel_sha256", "log_path"}
-RETURNS |= {"duration", "inputs_hash", "changed"}
+RETURNS |= {"duration", "inputs_hash", "changed", "precompiled", "precompiled_reason", "max_jobs", "stage_seconds"}
+RETURNS |= {"status_path"}
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +76,7 @@ def test_installs_a_given_wheel_then_is_idempotent(tiny, tmp_path):
     repo, shas = tiny
     wheel = make_wheel(tmp_path, "9.9.9")
     args = {"repo": str(repo), "ref": "main", "root": str(tmp_path / "root"), "python": sys.executable}
-    args.update(wheel=str(wheel), pip_args=["--no-index"])
+    args.update(wheel=str(wheel), pip_args=["--no-index"], precompiled="never", run_id="r1")
     first = run_module(tmp_path, **args)
     assert "failed" not in first, first.get("msg")
     assert set(first) >= RETURNS
@@ -83,8 +84,13 @@ def test_installs_a_given_wheel_then_is_idempotent(tiny, tmp_path):
     assert first["release_name"] == f"{shas['c3'][:12]}-{first['inputs_hash'][:8]}"
     assert first["wheel_sha256"] == hashlib.sha256(wheel.read_bytes()).hexdigest()
     assert installed_version(os.path.join(first["release"], "venv")) == "9.9.9"
-    second = run_module(tmp_path, **args)
+    assert (first["precompiled"], first["precompiled_reason"]) == (False, "precompiled: never: full build")
+    assert set(first["stage_seconds"]) == {"resolve", "install"}  # a wheel: nothing fetched, nothing built
+    status = json.loads(Path(first["status_path"]).read_text())
+    assert (status["run_id"], status["stage"], status["release_name"]) == ("r1", "done", first["release_name"])
+    second = run_module(tmp_path, **dict(args, run_id="r2"))
     assert (second["changed"], second["release"], second["log_path"]) == (False, first["release"], first["log_path"])
+    assert json.loads(Path(first["status_path"]).read_text())["run_id"] == "r2"
 
 
 def test_failure_before_building_redacts_the_token(tiny, tmp_path):
@@ -94,7 +100,8 @@ def test_failure_before_building_redacts_the_token(tiny, tmp_path):
     assert "cannot reach repository https://127.0.0.1:9/vllm.git" in result["msg"]
     assert "hunter22secret" not in result["_stdout"]
     assert result["invocation"]["module_args"]["repo"] == "https://ci:********@127.0.0.1:9/vllm.git"
-    assert not (tmp_path / "root").exists()
+    assert os.listdir(tmp_path / "root") == ["build-status.json"]
+    assert "hunter22secret" not in (tmp_path / "root" / "build-status.json").read_text()
 
 
 def test_unknown_ref_fails_with_the_fix(tiny, tmp_path):

@@ -1,0 +1,442 @@
+# Copyright (c) vllm_ops.dflash contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""vllm_ops.dflash benchmarks: each figure is a RATIO measured in one run (see bench/README.md).
+
+Starts N systemd test hosts (podman, the image of tests/testhost/), prepares them like the molecule
+scenarios (fixture engine repo, wheelhouse, drafter config), runs deploy_dflash.yml and the modules
+against them, prints the ratios, writes them to bench/results/<UTC>.json and removes its containers.
+
+    .venv/bin/python bench/run.py [--hosts 3] [--compile-seconds 20] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import contextlib
+import datetime
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+COLLECTIONS = ROOT / ".cache" / "ac"
+WHEELHOUSE = ROOT / ".cache" / "wheelhouse"
+RESULTS = ROOT / "bench" / "results"
+IMAGE = os.environ.get("TESTHOST_IMAGE", "localhost/vllm-ops-testhost:bookworm")
+GATE_TASK = "Measure the acceptance length under smoke traffic"
+BUILD_RESULT_TASK = "Collect the build result"
+SLOW_CC_PATH = "/usr/local/bin/bench-slow-cc"
+# Bench equipment: gcc that takes BENCH_COMPILE_SECONDS per translation unit (linking is not slowed), so
+# that compiling the fixture engine's three C extensions costs what a real build's kernels cost: time.
+# Set through vllm_build_env (CC), like MAX_JOBS or TORCH_CUDA_ARCH_LIST would be.
+SLOW_CC = """#!/bin/sh
+case " $* " in *" -c "*) sleep "${BENCH_COMPILE_SECONDS:-30}" ;; esac
+exec gcc "$@"
+"""
+READ_MANIFESTS = """
+import glob, json, sys
+found = []
+for path in sorted(glob.glob(sys.argv[1] + "/releases/*/manifest.json")):
+    with open(path) as handle:
+        found.append(json.load(handle))
+print(json.dumps(found))
+"""
+
+
+def log(text: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
+
+def _run(argv: Sequence[str], env: Optional[Dict[str, str]] = None, timeout: float = 900) -> str:
+    proc = subprocess.run(list(argv), capture_output=True, text=True, env=env, timeout=timeout, check=False)
+    if proc.returncode != 0:
+        output = f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+        raise RuntimeError(f"{' '.join(argv)} failed ({proc.returncode}):\n{output}")
+    return proc.stdout
+
+
+def _parse_time(stamp: str) -> float:
+    return datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=datetime.timezone.utc).timestamp()
+
+
+def _union_seconds(intervals: List[Tuple[float, float]]) -> float:
+    total, end = 0.0, float("-inf")
+    for start, stop in sorted(intervals):
+        if stop <= end:
+            continue
+        total += stop - max(start, end)
+        end = stop
+    return total
+
+
+def _interval(task: Dict[str, Any]) -> Tuple[float, float]:
+    """A task's [first start, last end] over its hosts, as the JSON callback records it."""
+    duration = task["task"].get("duration") or {}
+    if not (duration.get("start") and duration.get("end")):
+        return (0.0, 0.0)
+    return _parse_time(duration["start"]), _parse_time(duration["end"])
+
+
+def _span(task: Dict[str, Any]) -> float:
+    start, end = _interval(task)
+    return end - start
+
+
+class PlaybookRun:
+    """One ansible-playbook run with the JSON callback: wall time, per-task intervals and results."""
+
+    def __init__(self, label: str, wall: float, report: Dict[str, Any]) -> None:
+        self.label = label
+        self.wall = wall
+        self.report = report
+
+    def tasks(self, name: str) -> List[Dict[str, Any]]:
+        """Every task named `name` (a role's tasks are named `<role> : <name>`), one entry per serial batch."""
+        return [
+            task
+            for play in self.report["plays"]
+            for task in play["tasks"]
+            if task["task"]["name"] == name or task["task"]["name"].endswith(" : " + name)
+        ]
+
+    def task_seconds(self, name: str) -> float:
+        return _union_seconds([_interval(task) for task in self.tasks(name)])
+
+    def results(self, name: str) -> List[Dict[str, Any]]:
+        return [result for task in self.tasks(name) for result in task["hosts"].values()]
+
+    def changed(self) -> int:
+        return sum(stats.get("changed", 0) for stats in self.report["stats"].values())
+
+    def steps(self) -> Tuple[int, float]:
+        """Task steps that went to a host (>= 0.5 s; local ones take milliseconds), and their mean seconds."""
+        spans = [_span(task) for play in self.report["plays"] for task in play["tasks"] if _span(task) >= 0.5]
+        return len(spans), (sum(spans) / len(spans) if spans else 0.0)
+
+    def breakdown(self, top: int = 8) -> Dict[str, Any]:
+        """Tasks that ran per host (`ok` counts changed ones too), and the slowest tasks over all batches."""
+        seconds: Dict[str, float] = {}
+        for play in self.report["plays"]:
+            for task in play["tasks"]:
+                name = task["task"]["name"]
+                seconds[name] = seconds.get(name, 0.0) + _span(task)
+        slowest = sorted(seconds.items(), key=lambda item: item[1], reverse=True)[:top]
+        return {
+            "tasks_per_host": {host: stats.get("ok", 0) for host, stats in self.report["stats"].items()},
+            "slowest_tasks": {name: round(sec, 1) for name, sec in slowest},
+        }
+
+
+class Bench:
+    def __init__(self, hosts: int, compile_seconds: int, keep: bool) -> None:
+        self.names = [f"vllm-bench-{os.getpid()}-{i}" for i in range(1, hosts + 1)]
+        self.compile_seconds = compile_seconds
+        self.keep = keep
+        self.stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        self.work = RESULTS / self.stamp  # playbook outputs (JSON callback) are kept with the figures
+        self.work.mkdir(parents=True, exist_ok=True)
+        self.inventory = self.work / "inventory.yml"
+        self.env = dict(
+            os.environ,
+            ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS),
+            ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
+            ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
+            ANSIBLE_FORCE_COLOR="0",
+            ANSIBLE_HOST_KEY_CHECKING="False",
+            MOLECULE_PROJECT_DIRECTORY=str(ROOT),
+        )
+        self.started: List[str] = []
+
+    # -- hosts -----------------------------------------------------------------------------------
+    def check_prerequisites(self) -> None:
+        problems = []
+        if not shutil.which("podman"):
+            problems.append("podman is missing: run `make testhost`")
+        elif subprocess.run(["podman", "image", "exists", IMAGE], check=False).returncode != 0:
+            problems.append(f"the test host image {IMAGE} is missing: run `make testhost`")
+        if not (WHEELHOUSE / ".done").exists():
+            problems.append(f"{WHEELHOUSE} is missing: run `make wheelhouse`")
+        if problems:
+            raise SystemExit("bench: " + "; ".join(problems))
+        link = COLLECTIONS / "ansible_collections" / "vllm_ops" / "dflash"
+        if not link.exists():
+            link.parent.mkdir(parents=True, exist_ok=True)
+            os.symlink(ROOT, link)
+
+    def start_hosts(self) -> None:
+        for name in self.names:
+            _run(["podman", "run", "-d", "--name", name, "--hostname", name, "--systemd=always", IMAGE])
+            self.started.append(name)
+        for name in self.names:
+            booted = time.monotonic() + 30
+            while time.monotonic() < booted:
+                argv = ["podman", "exec", name, "systemctl", "is-system-running"]
+                state = subprocess.run(argv, capture_output=True, text=True, check=False).stdout.strip()
+                if state in ("running", "degraded"):
+                    break
+                time.sleep(0.5)
+            with tempfile.NamedTemporaryFile("w", delete=False) as handle:
+                handle.write(SLOW_CC)
+            _run(["podman", "cp", handle.name, f"{name}:{SLOW_CC_PATH}"])
+            os.unlink(handle.name)
+            self.sh(name, f"chmod 755 {SLOW_CC_PATH}")
+
+    def prepare_hosts(self) -> None:
+        """What extensions/molecule/shared/prepare.yml gives a test host, with `podman cp` (the podman
+        connection copies file by file: minutes for the engine's source)."""
+        copies = [
+            (ROOT / "tests" / "fixtures" / "engine", "/srv/fixture/engine"),
+            (ROOT / "tests" / "helpers" / "engine_repo.py", "/srv/fixture/engine_repo.py"),
+            (WHEELHOUSE, "/srv/wheelhouse"),
+            (ROOT / "extensions" / "molecule" / "shared" / "files" / "tiny-dflash", "/srv/models/tiny-dflash"),
+        ]
+        for name in self.names:
+            self.sh(name, "mkdir -p /srv/fixture /srv/models")
+            for source, dest in copies:
+                _run(["podman", "cp", str(source), f"{name}:{dest}"])
+            self.sh(name, "cd /srv/fixture && python3 engine_repo.py --source engine --bare /srv/vllm-engine.git")
+
+    def cleanup(self) -> None:
+        if self.keep:
+            log(f"--keep: containers {' '.join(self.started)} left running; inventory {self.inventory}")
+            return
+        for name in self.started:
+            subprocess.run(["podman", "rm", "-f", "-t", "2", name], capture_output=True, check=False)
+        self.started = []
+
+    def sh(self, host: str, command: str) -> str:
+        return _run(["podman", "exec", host, "sh", "-c", command])
+
+    def write_inventory(self) -> None:
+        group_vars = {
+            "ansible_connection": "containers.podman.podman",
+            "ansible_python_interpreter": "/usr/bin/python3",
+            "vllm_repo": "/srv/vllm-engine.git",
+            "vllm_ref": "main",
+            "vllm_pip_args": ["--no-index", "--find-links", "/srv/wheelhouse"],
+            "vllm_build_timeout": 600,
+            "vllm_build_poll": 2,
+            "vllm_build_env": {"CC": SLOW_CC_PATH, "BENCH_COMPILE_SECONDS": str(self.compile_seconds)},
+            "vllm_model": "fixture/tiny-qwen3",
+            "vllm_served_model_name": "tiny",
+            "vllm_api_key": "fixture-secret-key-do-not-print",
+            "vllm_speculative_config": {
+                "method": "dflash",
+                "model": "/srv/models/tiny-dflash",
+                "num_speculative_tokens": 7,
+                "rejection_sample_method": "synthetic",
+                "synthetic_acceptance_length": 4.0,
+            },
+            "dflash_drafter_config": "/srv/models/tiny-dflash/config.json",
+            "vllm_ready_timeout": 60,
+            "dflash_gate_requests": 12,
+            "dflash_gate_max_tokens": 64,
+            "dflash_gate_min_drafts": 20,
+            "dflash_controller_wheel_dir": str(self.work / "wheels"),
+        }
+        inventory = {"gpu_hosts": {"hosts": {name: {} for name in self.names}, "vars": group_vars}}
+        self.inventory.write_text(json.dumps(inventory, indent=2))
+
+    # -- measurements ------------------------------------------------------------------------------
+    def playbook(self, label: str, playbook: str, *args: str) -> PlaybookRun:
+        argv = [str(BIN / "ansible-playbook"), "-i", str(self.inventory), playbook, *args]
+        started = time.monotonic()
+        proc = subprocess.run(argv, capture_output=True, text=True, env=self.env, timeout=900, check=False)
+        wall = time.monotonic() - started
+        (self.work / f"{label}.json").write_text(proc.stdout)
+        if proc.returncode != 0:
+            output = f"{proc.stdout[-6000:]}\n{proc.stderr[-3000:]}"
+            raise RuntimeError(f"{label}: ansible-playbook failed ({proc.returncode}):\n{output}")
+        log(f"{label}: {wall:.1f} s")
+        return PlaybookRun(label, wall, json.loads(proc.stdout))
+
+    def module(self, label: str, host: str, module: str, args: Dict[str, Any]) -> Dict[str, Any]:
+        argv = [str(BIN / "ansible"), "-i", str(self.inventory), host, "-m", module, "-a", json.dumps(args)]
+        proc = subprocess.run(argv, capture_output=True, text=True, env=self.env, timeout=900, check=False)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{label}: {module} failed:\n{proc.stdout[-6000:]}{proc.stderr[-3000:]}")
+        report = json.loads(proc.stdout)
+        return report["plays"][0]["tasks"][0]["hosts"][host]
+
+    def manifests(self, host: str, root: str = "/opt/vllm") -> List[Dict[str, Any]]:
+        return json.loads(_run(["podman", "exec", host, "python3", "-c", READ_MANIFESTS, root]))
+
+    def clock(self) -> int:
+        return int(self.sh(self.names[0], "date +%s").strip())
+
+    def restarts_since(self, since: int) -> int:
+        command = (
+            f"journalctl -u vllm-default.service --since @{since} -o cat --no-pager"
+            " | grep -c '^Started vllm-default.service' || true"
+        )
+        return sum(int(self.sh(host, command).strip() or 0) for host in self.names)
+
+    def builds(self) -> Tuple[Dict[str, int], Dict[str, int]]:
+        """Release name -> hosts that compiled it (source=build, not the fleet's wheel), and hosts that have it.
+
+        A host that named the fleet's wheel differently would show up as a release nobody built."""
+        built: Dict[str, int] = {}
+        holders: Dict[str, int] = {}
+        for host in self.names:
+            for manifest in self.manifests(host):
+                built[manifest["name"]] = built.get(manifest["name"], 0) + (manifest["source"] == "build")
+                holders[manifest["name"]] = holders.get(manifest["name"], 0) + 1
+        return built, holders
+
+
+def measure(bench: Bench) -> Dict[str, Any]:
+    deploy = "vllm_ops.dflash.deploy_dflash"
+    figures: Dict[str, Any] = {}
+
+    first = bench.playbook("deploy-1-clean", deploy)
+    facts_play = bench.work / "gather_facts.yml"
+    facts_play.write_text("- name: Facts only\n  hosts: gpu_hosts\n  gather_facts: true\n  tasks: []\n")
+    gather = bench.playbook("gather-facts", str(facts_play))
+
+    since, builds_before = bench.clock(), bench.builds()[0]
+    noop = bench.playbook("deploy-2-noop", deploy)
+    steps, per_step = noop.steps()
+    figures["noop"] = {
+        "ratio": round(noop.wall / gather.wall, 2),
+        "sequential_remote_steps": steps,
+        "seconds_per_remote_step": round(per_step, 2),
+        "goal": "<= 2.0",
+        "deploy_seconds": round(noop.wall, 1),
+        "gather_facts_seconds": round(gather.wall, 1),
+        "builds": sum(bench.builds()[0].values()) - sum(builds_before.values()),
+        "restarts": bench.restarts_since(since),
+        "changed_tasks": noop.changed(),
+    }
+
+    for host in bench.names:  # one more commit on the deployed branch (same SHA everywhere: fixed dates)
+        bench.sh(host, "python3 /srv/fixture/engine_repo.py bump /srv/vllm-engine.git main -m 'bench bump' >/dev/null")
+    since = bench.clock()
+    bump = bench.playbook("deploy-3-bump-warm", deploy)
+    warm = next(r for r in bump.results(BUILD_RESULT_TASK) if r.get("built"))
+    clean = bench.module(
+        "bump-from-clean",
+        bench.names[0],
+        "vllm_ops.dflash.vllm_build",
+        {
+            "repo": "/srv/vllm-engine.git",
+            "ref": "main",
+            "root": "/opt/vllm-clean",
+            "pip_args": ["--no-index", "--find-links", "/srv/wheelhouse"],
+            "build_env": {"CC": SLOW_CC_PATH, "BENCH_COMPILE_SECONDS": str(bench.compile_seconds)},
+            "build_timeout": 600,
+            "run_id": "bench-clean",
+        },
+    )
+    if warm["commit"] != clean["commit"] or not clean.get("built"):
+        raise RuntimeError(f"the clean build is not the same bump: {warm['commit']} vs {clean.get('commit')}")
+    figures["bump"] = {
+        "ratio": round(warm["duration"] / clean["duration"], 2),
+        "goal": "<= 0.2",
+        "warm_build_seconds": warm["duration"],
+        "clean_build_seconds": clean["duration"],
+        "warm_stages": warm["stage_seconds"],
+        "clean_stages": clean["stage_seconds"],
+        "warm_precompiled_reason": warm["precompiled_reason"],
+        "clean_precompiled_reason": clean["precompiled_reason"],
+        "compile_seconds_per_unit": bench.compile_seconds,
+        "deploy_seconds": round(bump.wall, 1),
+        "restarts": bench.restarts_since(since),
+    }
+
+    builds, holders = bench.builds()
+    figures["builds_per_input"] = {
+        "ratio": round(sum(builds.values()) / len(builds), 2),
+        "goal": "== 1 (each distinct build input built once)",
+        "hosts": len(bench.names),
+        "builds_per_release": builds,
+        "hosts_per_release": holders,
+    }
+    figures["breakdown"] = {run.label: run.breakdown() for run in (first, noop, bump)}
+    figures["gate"] = {
+        label: {
+            "ratio": round(run.task_seconds(GATE_TASK) / run.wall, 2),
+            "gate_seconds": round(run.task_seconds(GATE_TASK), 1),
+            "deploy_seconds": round(run.wall, 1),
+        }
+        for label, run in (("first", first), ("noop", noop), ("bump", bump))
+    }
+    return figures
+
+
+def machine() -> str:
+    mem = ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem = f", {int(line.split()[1]) / 1024**2:.0f} GiB"
+    return f"{platform.machine()}, {os.cpu_count()} cores{mem}, {platform.platform()}"
+
+
+def report(figures: Dict[str, Any], seconds: float) -> str:
+    noop, bump, builds, gate = figures["noop"], figures["bump"], figures["builds_per_input"], figures["gate"]
+    lines = [
+        f"1. no-op deploy / gather_facts play    {noop['ratio']:>5}  (goal <= 2.0)  "
+        f"{noop['deploy_seconds']} s / {noop['gather_facts_seconds']} s; builds={noop['builds']} "
+        f"restarts={noop['restarts']} changed={noop['changed_tasks']}",
+        f"   the no-op ran {noop['sequential_remote_steps']} remote task steps in sequence, "
+        f"{noop['seconds_per_remote_step']} s each on this connection (podman exec)",
+        f"2. bump warm / same bump from clean    {bump['ratio']:>5}  (goal <= 0.2)  "
+        f"{bump['warm_build_seconds']} s / {bump['clean_build_seconds']} s "
+        f"(compile {bump['compile_seconds_per_unit']} s per unit); restarts={bump['restarts']}",
+        f"   warm: {bump['warm_precompiled_reason']}",
+        f"3. builds per distinct build input     {builds['ratio']:>5}  (goal == 1)     "
+        f"{sum(builds['builds_per_release'].values())} builds, {len(builds['builds_per_release'])} releases, "
+        f"{builds['hosts']} hosts; hosts per release {sorted(builds['hosts_per_release'].values())}",
+        f"4. gate / whole deploy (bump)          {gate['bump']['ratio']:>5}                 "
+        f"{gate['bump']['gate_seconds']} s / {gate['bump']['deploy_seconds']} s; first deploy "
+        f"{gate['first']['ratio']}, no-op {gate['noop']['ratio']}",
+        f"bench took {seconds:.0f} s on {machine()}",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--hosts", type=int, default=3, help="systemd test hosts (>= 3 for figure 3)")
+    parser.add_argument("--compile-seconds", type=int, default=20, help="cost of one C translation unit")
+    parser.add_argument("--keep", action="store_true", help="leave the containers running (debugging)")
+    args = parser.parse_args(argv)
+    bench = Bench(args.hosts, args.compile_seconds, args.keep)
+    bench.check_prerequisites()
+    atexit.register(bench.cleanup)
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda number, frame: sys.exit(128 + number))
+    started = time.monotonic()
+    log(f"starting {args.hosts} test hosts ({IMAGE}); work dir {bench.work}")
+    bench.start_hosts()
+    bench.prepare_hosts()
+    bench.write_inventory()
+    log("hosts ready")
+    try:
+        figures = measure(bench)
+    except Exception as exc:  # any failure: say what, keep what the playbooks printed, remove the hosts
+        log(f"FAILED: {exc}")
+        log(f"playbook outputs: {bench.work}")
+        return 1
+    seconds = time.monotonic() - started
+    text = report(figures, seconds)
+    print(text)
+    result = {"date": bench.stamp, "machine": machine(), "seconds": round(seconds, 1), "figures": figures}
+    (bench.work / "figures.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    (bench.work / "figures.txt").write_text(text + "\n")
+    log(f"results: {bench.work}/figures.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

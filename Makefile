@@ -17,7 +17,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 export ANSIBLE_FORCE_COLOR := 0
 export PY_COLORS := 0
 
-.PHONY: test venv testhost wheelhouse unit sanity lint molecule demo demo-destroy build clean
+.PHONY: test venv testhost wheelhouse unit sanity lint molecule demo demo-destroy build clean bench
 
 ## test: everything CI runs, from scratch (venv, podman + test host image, unit, sanity, lint, molecule)
 test: venv testhost unit lint sanity molecule
@@ -83,6 +83,10 @@ demo: venv testhost wheelhouse $(COLL)
 
 demo-destroy: venv
 	$(BIN)/molecule destroy -s default
+
+## bench: ratios measured on the fixture engine and 3 systemd test hosts (~7 min; not part of `make test`)
+bench: venv testhost wheelhouse $(COLL)
+	$(BIN)/python bench/run.py
 
 clean:
 	rm -rf build .cache tests/output

@@ -2,9 +2,10 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """vllm_ops.dflash benchmarks: each figure is a RATIO measured in one run (see bench/README.md).
 
-Starts N systemd test hosts (podman, the image of tests/testhost/), prepares them like the molecule
-scenarios (fixture engine repo, wheelhouse, drafter config), runs deploy_dflash.yml and the modules
-against them, prints the ratios, writes them to bench/results/<UTC>.json and removes its containers.
+Starts N systemd test hosts (podman, the image of tests/testhost/, fixed addresses on podman's default
+network), prepares them like the molecule scenarios (fixture engine repo, wheelhouse, drafter config),
+runs deploy_dflash.yml and the modules against them over SSH with pipelining (the connection a real
+GPU host gets), prints the ratios, writes them to bench/results/<UTC>/ and removes its containers.
 
     .venv/bin/python bench/run.py [--hosts 3] [--compile-seconds 20] [--keep]
 """
@@ -36,6 +37,13 @@ IMAGE = os.environ.get("TESTHOST_IMAGE", "localhost/vllm-ops-testhost:bookworm")
 GATE_TASK = "Measure the acceptance length under smoke traffic"
 BUILD_RESULT_TASK = "Collect the build result"
 SLOW_CC_PATH = "/usr/local/bin/bench-slow-cc"
+# Fixed addresses on podman's default network (10.88.0.0/16), apart from the molecule scenarios' 10.88.31.x.
+ADDRESS_PREFIX = "10.88.33."
+FIRST_ADDRESS = 11
+BENCH_LABEL = "vllm-ops-bench"
+SSH_KEY = Path(os.environ.get("TESTHOST_KEY_DIR", "/var/tmp/vllm-ops-testhost")) / "id_ed25519"
+SSH_ARGS = "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR"
+CONNECTION = "ssh with pipelining"
 # Bench equipment: gcc that takes BENCH_COMPILE_SECONDS per translation unit (linking is not slowed), so
 # that compiling the fixture engine's three C extensions costs what a real build's kernels cost: time.
 # Set through vllm_build_env (CC), like MAX_JOBS or TORCH_CUDA_ARCH_LIST would be.
@@ -43,6 +51,27 @@ SLOW_CC = """#!/bin/sh
 case " $* " in *" -c "*) sleep "${BENCH_COMPILE_SECONDS:-30}" ;; esac
 exec gcc "$@"
 """
+# Actions that never reach a host: they cost the controller milliseconds.
+CONTROLLER_ACTIONS = frozenset(
+    [
+        "set_fact",
+        "debug",
+        "assert",
+        "fail",
+        "meta",
+        "include_tasks",
+        "include_role",
+        "import_tasks",
+        "import_role",
+        "include_vars",
+        "add_host",
+        "group_by",
+        "pause",
+        "set_stats",
+        "validate_argument_spec",
+    ]
+)
+LOCALHOST = ("localhost", "127.0.0.1")
 READ_MANIFESTS = """
 import glob, json, sys
 found = []
@@ -87,6 +116,21 @@ def _interval(task: Dict[str, Any]) -> Tuple[float, float]:
     return _parse_time(duration["start"]), _parse_time(duration["end"])
 
 
+def _remote_steps(task: Dict[str, Any]) -> int:
+    """Module runs on a host that one task costs in sequence: 0 for controller-only actions, skips and
+    localhost delegation, one per loop item otherwise; hosts of a batch run in parallel (the maximum).
+    (Counted by action, not by duration: over SSH with pipelining a remote step can take 0.2 s.)"""
+    steps = 0
+    for result in task["hosts"].values():
+        delegated = (result.get("_ansible_delegated_vars") or {}).get("ansible_delegated_host")
+        local = result.get("action", "").rsplit(".", 1)[-1] in CONTROLLER_ACTIONS or delegated in LOCALHOST
+        if local or result.get("skipped"):
+            continue
+        items = result.get("results")
+        steps = max(steps, sum(not item.get("skipped") for item in items) if isinstance(items, list) else 1)
+    return steps
+
+
 def _span(task: Dict[str, Any]) -> float:
     start, end = _interval(task)
     return end - start
@@ -119,9 +163,11 @@ class PlaybookRun:
         return sum(stats.get("changed", 0) for stats in self.report["stats"].values())
 
     def steps(self) -> Tuple[int, float]:
-        """Task steps that went to a host (>= 0.5 s; local ones take milliseconds), and their mean seconds."""
-        spans = [_span(task) for play in self.report["plays"] for task in play["tasks"] if _span(task) >= 0.5]
-        return len(spans), (sum(spans) / len(spans) if spans else 0.0)
+        """Remote steps the run made in sequence (see _remote_steps), and the mean seconds of one."""
+        counted = [(_remote_steps(task), _span(task)) for play in self.report["plays"] for task in play["tasks"]]
+        steps = sum(count for count, _ in counted)
+        seconds = sum(span for count, span in counted if count)
+        return steps, (seconds / steps if steps else 0.0)
 
     def breakdown(self, top: int = 8) -> Dict[str, Any]:
         """Tasks that ran per host (`ok` counts changed ones too), and the slowest tasks over all batches."""
@@ -140,6 +186,7 @@ class PlaybookRun:
 class Bench:
     def __init__(self, hosts: int, compile_seconds: int, keep: bool) -> None:
         self.names = [f"vllm-bench-{os.getpid()}-{i}" for i in range(1, hosts + 1)]
+        self.addresses = dict(zip(self.names, host_addresses(hosts)))
         self.compile_seconds = compile_seconds
         self.keep = keep
         self.stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
@@ -153,9 +200,10 @@ class Bench:
             ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
             ANSIBLE_FORCE_COLOR="0",
             ANSIBLE_HOST_KEY_CHECKING="False",
+            ANSIBLE_PIPELINING="True",  # = ansible.cfg [connection] pipelining, as in the molecule scenarios
             MOLECULE_PROJECT_DIRECTORY=str(ROOT),
         )
-        self.started: List[str] = []
+        self.removed = False
 
     # -- hosts -----------------------------------------------------------------------------------
     def check_prerequisites(self) -> None:
@@ -164,6 +212,8 @@ class Bench:
             problems.append("podman is missing: run `make testhost`")
         elif subprocess.run(["podman", "image", "exists", IMAGE], check=False).returncode != 0:
             problems.append(f"the test host image {IMAGE} is missing: run `make testhost`")
+        if not SSH_KEY.exists():
+            problems.append(f"the test hosts' SSH key {SSH_KEY} is missing: run `make testhost`")
         if not (WHEELHOUSE / ".done").exists():
             problems.append(f"{WHEELHOUSE} is missing: run `make wheelhouse`")
         if problems:
@@ -173,10 +223,30 @@ class Bench:
             link.parent.mkdir(parents=True, exist_ok=True)
             os.symlink(ROOT, link)
 
+    def remove_stale_hosts(self) -> None:
+        """Containers of an earlier bench run that died without cleanup (SIGKILL) would hold the fixed
+        addresses: remove those, recognised by the bench's label; anything else on them is an error."""
+        listing = _run(["podman", "ps", "-a", "--filter", f"label={BENCH_LABEL}", "--format", "{{.Names}}"])
+        for stale in listing.split():
+            log(f"removing {stale}, left over by an earlier bench run")
+            subprocess.run(["podman", "rm", "-f", "-t", "2", stale], capture_output=True, check=False)
+        ids = _run(["podman", "ps", "-q"]).split()
+        if ids:
+            inspect = json.loads(_run(["podman", "inspect", *ids]))
+            wanted = set(self.addresses.values())
+            for container in inspect:
+                for network in (container.get("NetworkSettings") or {}).get("Networks", {}).values():
+                    if network.get("IPAddress") in wanted:
+                        raise SystemExit(
+                            f"bench: {container['Name']} holds {network['IPAddress']}, an address the bench "
+                            f"needs ({ADDRESS_PREFIX}{FIRST_ADDRESS}..): stop it first"
+                        )
+
     def start_hosts(self) -> None:
+        self.remove_stale_hosts()
         for name in self.names:
-            _run(["podman", "run", "-d", "--name", name, "--hostname", name, "--systemd=always", IMAGE])
-            self.started.append(name)
+            argv = ["podman", "run", "-d", "--name", name, "--hostname", name, "--label", BENCH_LABEL]
+            _run([*argv, "--ip", self.addresses[name], "--systemd=always", IMAGE])
         for name in self.names:
             booted = time.monotonic() + 30
             while time.monotonic() < booted:
@@ -190,10 +260,24 @@ class Bench:
             _run(["podman", "cp", handle.name, f"{name}:{SLOW_CC_PATH}"])
             os.unlink(handle.name)
             self.sh(name, f"chmod 755 {SLOW_CC_PATH}")
+        for name in self.names:
+            self.wait_for_ssh(name)
+
+    def wait_for_ssh(self, name: str, timeout: float = 60) -> None:
+        argv = ["ssh", *SSH_ARGS.split(), "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", "-i", str(SSH_KEY)]
+        argv += [f"root@{self.addresses[name]}", "true"]
+        deadline = time.monotonic() + timeout
+        while True:
+            proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+            if proc.returncode == 0:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{name}: no SSH at {self.addresses[name]} after {timeout:.0f} s: {proc.stderr}")
+            time.sleep(1)
 
     def prepare_hosts(self) -> None:
-        """What extensions/molecule/shared/prepare.yml gives a test host, with `podman cp` (the podman
-        connection copies file by file: minutes for the engine's source)."""
+        """What extensions/molecule/shared/prepare.yml gives a test host, with `podman cp` (one tar
+        stream per tree: faster than Ansible's copy, which goes file by file; not measured)."""
         copies = [
             (ROOT / "tests" / "fixtures" / "engine", "/srv/fixture/engine"),
             (ROOT / "tests" / "helpers" / "engine_repo.py", "/srv/fixture/engine_repo.py"),
@@ -207,19 +291,27 @@ class Bench:
             self.sh(name, "cd /srv/fixture && python3 engine_repo.py --source engine --bare /srv/vllm-engine.git")
 
     def cleanup(self) -> None:
-        if self.keep:
-            log(f"--keep: containers {' '.join(self.started)} left running; inventory {self.inventory}")
+        """Removes every container of this run by name (names carry the bench's pid), also one whose
+        `podman run` failed half-way; idempotent (atexit, and again after a signal)."""
+        if self.removed:
             return
-        for name in self.started:
-            subprocess.run(["podman", "rm", "-f", "-t", "2", name], capture_output=True, check=False)
-        self.started = []
+        if self.keep:
+            hosts = " ".join(f"{name}={self.addresses[name]}" for name in self.names)
+            log(f"--keep: containers {hosts} left running; inventory {self.inventory}")
+            return
+        subprocess.run(["podman", "rm", "-f", "-i", "-t", "2", *self.names], capture_output=True, check=False)
+        self.removed = True
 
     def sh(self, host: str, command: str) -> str:
         return _run(["podman", "exec", host, "sh", "-c", command])
 
     def write_inventory(self) -> None:
         group_vars = {
-            "ansible_connection": "containers.podman.podman",
+            # The molecule scenarios' connection (extensions/molecule/default/molecule.yml).
+            "ansible_connection": "ssh",
+            "ansible_user": "root",
+            "ansible_ssh_private_key_file": str(SSH_KEY),
+            "ansible_ssh_common_args": SSH_ARGS,
             "ansible_python_interpreter": "/usr/bin/python3",
             "vllm_repo": "/srv/vllm-engine.git",
             "vllm_ref": "main",
@@ -244,7 +336,8 @@ class Bench:
             "dflash_gate_min_drafts": 20,
             "dflash_controller_wheel_dir": str(self.work / "wheels"),
         }
-        inventory = {"gpu_hosts": {"hosts": {name: {} for name in self.names}, "vars": group_vars}}
+        hosts = {name: {"ansible_host": self.addresses[name]} for name in self.names}
+        inventory = {"gpu_hosts": {"hosts": hosts, "vars": group_vars}}
         self.inventory.write_text(json.dumps(inventory, indent=2))
 
     # -- measurements ------------------------------------------------------------------------------
@@ -294,6 +387,12 @@ class Bench:
         return built, holders
 
 
+def host_addresses(count: int) -> List[str]:
+    if not 1 <= count <= 254 - FIRST_ADDRESS:
+        raise SystemExit(f"bench: --hosts must be 1..{254 - FIRST_ADDRESS}")
+    return [f"{ADDRESS_PREFIX}{FIRST_ADDRESS + index}" for index in range(count)]
+
+
 def measure(bench: Bench) -> Dict[str, Any]:
     deploy = "vllm_ops.dflash.deploy_dflash"
     figures: Dict[str, Any] = {}
@@ -313,6 +412,7 @@ def measure(bench: Bench) -> Dict[str, Any]:
         "goal": "<= 2.0",
         "deploy_seconds": round(noop.wall, 1),
         "gather_facts_seconds": round(gather.wall, 1),
+        "connection": CONNECTION,
         "builds": sum(bench.builds()[0].values()) - sum(builds_before.values()),
         "restarts": bench.restarts_since(since),
         "changed_tasks": noop.changed(),
@@ -389,7 +489,7 @@ def report(figures: Dict[str, Any], seconds: float) -> str:
         f"{noop['deploy_seconds']} s / {noop['gather_facts_seconds']} s; builds={noop['builds']} "
         f"restarts={noop['restarts']} changed={noop['changed_tasks']}",
         f"   the no-op ran {noop['sequential_remote_steps']} remote task steps in sequence, "
-        f"{noop['seconds_per_remote_step']} s each on this connection (podman exec)",
+        f"{noop['seconds_per_remote_step']} s each on this connection ({noop['connection']})",
         f"2. bump warm / same bump from clean    {bump['ratio']:>5}  (goal <= 0.2)  "
         f"{bump['warm_build_seconds']} s / {bump['clean_build_seconds']} s "
         f"(compile {bump['compile_seconds_per_unit']} s per unit); restarts={bump['restarts']}",
@@ -414,7 +514,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     bench = Bench(args.hosts, args.compile_seconds, args.keep)
     bench.check_prerequisites()
     atexit.register(bench.cleanup)
-    for signum in (signal.SIGINT, signal.SIGTERM):
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, lambda number, frame: sys.exit(128 + number))
     started = time.monotonic()
     log(f"starting {args.hosts} test hosts ({IMAGE}); work dir {bench.work}")
@@ -431,7 +531,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     seconds = time.monotonic() - started
     text = report(figures, seconds)
     print(text)
-    result = {"date": bench.stamp, "machine": machine(), "seconds": round(seconds, 1), "figures": figures}
+    result = {
+        "date": bench.stamp,
+        "machine": machine(),
+        "connection": CONNECTION,
+        "seconds": round(seconds, 1),
+        "figures": figures,
+    }
     (bench.work / "figures.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
     (bench.work / "figures.txt").write_text(text + "\n")
     log(f"results: {bench.work}/figures.json")

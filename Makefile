@@ -84,7 +84,7 @@ demo: venv testhost wheelhouse $(COLL)
 demo-destroy: venv
 	$(BIN)/molecule destroy -s default
 
-## bench: ratios measured on the fixture engine and 3 systemd test hosts (~7 min; not part of `make test`)
+## bench: ratios measured on the fixture engine and 3 systemd test hosts (~4 min; not part of `make test`)
 bench: venv testhost wheelhouse $(COLL)
 	$(BIN)/python bench/run.py
 

@@ -138,7 +138,8 @@ def test_preflight_refuses_a_drafter_that_is_not_dflash(host, serving):
         "python3 -c \"import json; c=json.load(open('/srv/models/tiny-dflash/config.json'));"
         " c['architectures']=['Qwen3ForCausalLM']; json.dump(c, open('/srv/models/not-dflash.json','w'))\""
     )
-    proc = deploy({"dflash_drafter_config": "/srv/models/not-dflash.json"})
+    # Same release, config and unit: only the full path (not the unchanged-host shortcut) runs the preflight.
+    proc = deploy({"dflash_drafter_config": "/srv/models/not-dflash.json", "dflash_skip_unchanged": False})
     _assert_failed(proc, "architectures")
     assert service_pid(host) == serving["pid"]
 

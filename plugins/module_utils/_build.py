@@ -339,12 +339,27 @@ def _current_and_previous(root: str) -> List[str]:
     return [n for n in names if n]
 
 
-def prune_releases(root: str, keep: int, protect: Sequence[str] = ()) -> List[str]:
-    """Delete releases (and their wheels) beyond the `keep` newest; never `current`, `previous`, `protect`.
+def _rollback_target(state: Dict[str, Any]) -> Optional[str]:
+    """The release a rollback would go to: the newest one activated before `current` and not failed."""
+    recorded = state.get("releases") or {}
+    current = state.get("current")
+    for event in reversed(state.get("history") or []):
+        name = event.get("release")
+        activated_before = event.get("action") == "activate" and name and name != current
+        if activated_before and (recorded.get(name) or {}).get("status") != "failed":
+            return str(name)
+    return None
 
-    Newest by state.json's created_at, then the manifest's built_at. Directories without a manifest are
-    debris of interrupted builds (call this under the host lock) and go too. keep < 1 disables pruning.
-    Returns the names removed. state.json is left to vllm_release, which forgets vanished releases.
+
+def prune_releases(root: str, keep: int, protect: Sequence[str] = ()) -> List[str]:
+    """Delete releases (and their wheels) beyond the `keep` newest; never `current`, `previous`, `protect`,
+    nor the release a rollback would go to.
+
+    Newest by state.json's created_at, then the manifest's built_at. Failed releases do not use up the
+    `keep` places (a run of failed bumps must not push the last good release out). Directories without a
+    manifest are debris of interrupted builds (call this under the host lock) and go too. keep < 1
+    disables pruning. Returns the names removed. state.json is left to vllm_release, which forgets
+    vanished releases.
     """
     releases_dir = os.path.join(root, "releases")
     if keep < 1 or not os.path.isdir(releases_dir):
@@ -363,7 +378,11 @@ def prune_releases(root: str, keep: int, protect: Sequence[str] = ()) -> List[st
             continue
         created[name] = (recorded.get(name) or {}).get("created_at") or manifest.get("built_at") or ""
     newest_first = sorted(created, key=lambda name: (created[name], name), reverse=True)
-    keep_names = set(newest_first[:keep]) | set(_current_and_previous(root)) | set(protect)
+    not_failed = [name for name in newest_first if (recorded.get(name) or {}).get("status") != "failed"]
+    keep_names = set(not_failed[:keep]) | set(_current_and_previous(root)) | set(protect)
+    target = _rollback_target(state)
+    if target:
+        keep_names.add(target)
     doomed = [name for name in newest_first + debris if name not in keep_names]
     for name in doomed:
         _hide_and_remove(os.path.join(releases_dir, name))

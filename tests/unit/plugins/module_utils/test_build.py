@@ -408,6 +408,27 @@ def test_prune_keeps_newest_current_and_previous(tmp_path):
     assert (root / "state.json").read_bytes() == before
 
 
+def test_prune_keeps_the_rollback_target_and_spends_no_place_on_failed_releases(tmp_path):
+    names = [f"{i:012x}-00000000" for i in range(6)]
+    for i, name in enumerate(names):
+        _release(tmp_path, name, f"2026-01-0{i + 1}T00:00:00Z")
+    # names[0] served and passed its gate; then names[1..4] were tried and failed; names[5] serves now,
+    # and `previous` points at a failed try (a rollback after it re-activated names[5]).
+    failed = {name: {"status": "failed"} for name in names[1:5]}
+    state = {
+        "schema": 1,
+        "current": names[5],
+        "previous": names[4],
+        "releases": {names[0]: {"status": "good"}, names[5]: {"status": "good"}, **failed},
+        "history": [{"action": "activate", "release": n} for n in (names[0], names[5], names[4], names[5])],
+    }
+    write_json_atomic(str(tmp_path / "state.json"), state)
+    removed = prune_releases(str(tmp_path), keep=1)
+    # the failed ones go (but `previous`), and the good one a rollback would go to stays
+    assert removed == sorted(names[1:4])
+    assert sorted(os.listdir(tmp_path / "releases")) == sorted([names[0], names[4], names[5]])
+
+
 def test_prune_trusts_the_current_link_and_can_be_disabled(tmp_path):
     names = [f"{i:012x}-00000000" for i in range(3)]
     for i, name in enumerate(names):

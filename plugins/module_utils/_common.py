@@ -24,7 +24,12 @@ _URL_USERINFO = re.compile(r"(?<![A-Za-z0-9+.-])(?P<scheme>[A-Za-z][A-Za-z0-9+.-
 
 
 def write_json_atomic(path: str, data: Any) -> None:
-    """Write `data` as JSON to `path` so that readers see the old file or the new one, never a half.
+    """Write `data` as JSON to `path` atomically (see write_text_atomic)."""
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def write_text_atomic(path: str, text: str) -> None:
+    """Write `text` to `path` (mode 0644) so that readers see the old file or the new one, never a half.
 
     The temporary file lives in the same directory (rename is atomic only within one file system)
     and is fsynced before the rename so a power loss cannot leave an empty file behind.
@@ -34,8 +39,7 @@ def write_json_atomic(path: str, data: Any) -> None:
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=2, sort_keys=True)
-            handle.write("\n")
+            handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(tmp, 0o644)

@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
-import contextlib
 import datetime
 import http.client
 import json
 import os
 import socket
 import ssl
-import tempfile
 import time
 import urllib.error
 import urllib.parse
@@ -27,6 +25,7 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import write_text_atomic
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._metrics import (
     AcceptanceStats,
     MetricFamily,
@@ -496,21 +495,7 @@ def _write_if_changed(path: str, text: str) -> bool:
                 return False
     except (FileNotFoundError, UnicodeDecodeError):
         pass
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, mode=0o755, exist_ok=True)
-    # Same directory so the rename is atomic: readers see the old report or the new one.
-    fd, temporary = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
+    write_text_atomic(path, text)
     return True
 
 

@@ -165,7 +165,7 @@ class PlaybookRun:
     def steps(self) -> Tuple[int, float]:
         """Remote steps the run made in sequence (see _remote_steps), and the mean seconds of one."""
         counted = [(_remote_steps(task), _span(task)) for play in self.report["plays"] for task in play["tasks"]]
-        steps = sum(count for count, _ in counted)
+        steps = sum(count for count, _span_seconds in counted)
         seconds = sum(span for count, span in counted if count)
         return steps, (seconds / steps if steps else 0.0)
 

@@ -361,11 +361,24 @@ class _Session:
         if keep < 0:
             raise ReleaseError(f"keep_releases must be 0 or more, got {keep}")
         protected = {self.state["current"], self.state["previous"], *protect}
-        complete = [name for name in self.ordered_names() if self.exists(name)]
+        # The release a rollback would go to survives any prune (a run of failed bumps must not push the
+        # last good release out), and failed releases use up no place of `keep`.
+        with contextlib.suppress(ReleaseError):
+            protected.add(self.rollback_target())
+        complete = [
+            name
+            for name in self.ordered_names()
+            if self.exists(name) and self.state["releases"].get(name, {}).get("status") != "failed"
+        ]
+        failed = [
+            name
+            for name in self.ordered_names()
+            if self.exists(name) and self.state["releases"].get(name, {}).get("status") == "failed"
+        ]
         # Under the host lock no build is running, so a directory without a manifest is the debris of
         # an interrupted one.
         debris = sorted(name for name, disk in self.disk.items() if not disk.complete)
-        for name in complete[keep:] + debris:
+        for name in complete[keep:] + failed + debris:
             if name in protected:
                 continue
             self.remove.append(name)

@@ -333,6 +333,27 @@ def test_prune_keeps_newest_current_and_previous(host):
     assert act(host, "prune", keep_releases=1)["changed"] is False
 
 
+def test_prune_keeps_the_rollback_target_and_spends_no_place_on_failed_releases(host):
+    act(host, "activate", release=name_of(1))
+    act(host, "mark_good")
+    for index in (2, 3):  # two failed bumps, each rolled back to R1
+        act(host, "activate", release=name_of(index))
+        act(host, "mark_failed", reason="gate failed")
+        act(host, "activate", release=name_of(1))
+    # current R1, previous R3 (failed); R4 is the newest and never failed
+    result = act(host, "prune", keep_releases=1)
+    assert result["pruned"] == [name_of(2)]
+    assert sorted(os.listdir(host / "releases")) == sorted([name_of(1), name_of(3), name_of(4)])
+    act(host, "activate", release=name_of(4))
+    act(host, "activate", release=name_of(3))  # a third failed try, rolled back to R4
+    act(host, "mark_failed", reason="gate failed")
+    act(host, "activate", release=name_of(4))
+    # current R4, previous R3 (failed): only R1 is left to roll back to, and it must survive keep=1
+    result = act(host, "prune", keep_releases=1)
+    assert name_of(1) not in result["pruned"]
+    assert act(host, "rollback")["current"] == name_of(1)
+
+
 def test_prune_zero_keeps_only_current_and_previous(host):
     act(host, "activate", release=name_of(4))
     act(host, "activate", release=name_of(1))

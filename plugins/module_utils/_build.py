@@ -18,7 +18,6 @@ import os
 import re
 import shutil
 import time
-import uuid
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import (
@@ -61,6 +60,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._precompiled impor
     needs_git,
     parse_base,
 )
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._releases import apply_action, remove_hidden_first
 
 __all__ = [
     "MANIFEST_SCHEMA",
@@ -72,7 +72,7 @@ __all__ = [
     "cache_env",
     "derive_max_jobs",
     "inputs_hash",
-    "prune_releases",
+    "prune_after_build",
     "release_name",
 ]
 
@@ -330,76 +330,15 @@ def _find_installer(installer: str) -> str:
     return "pip"
 
 
-def _current_and_previous(root: str) -> List[str]:
-    state = read_json(os.path.join(root, "state.json"), {}) or {}
-    names = [state.get("current"), state.get("previous")]
-    link = os.path.join(root, "current")
-    if os.path.islink(link):  # trust the link too: it is what the service runs
-        names.append(os.path.basename(os.readlink(link).rstrip("/")))
-    return [n for n in names if n]
+def prune_after_build(root: str, keep: int, made: str) -> List[str]:
+    """vllm_release's prune, run by the build that holds the host lock, never removing the release it made.
 
-
-def _rollback_target(state: Dict[str, Any]) -> Optional[str]:
-    """The release a rollback would go to: the newest one activated before `current` and not failed."""
-    recorded = state.get("releases") or {}
-    current = state.get("current")
-    for event in reversed(state.get("history") or []):
-        name = event.get("release")
-        activated_before = event.get("action") == "activate" and name and name != current
-        if activated_before and (recorded.get(name) or {}).get("status") != "failed":
-            return str(name)
-    return None
-
-
-def prune_releases(root: str, keep: int, protect: Sequence[str] = ()) -> List[str]:
-    """Delete releases (and their wheels) beyond the `keep` newest; never `current`, `previous`, `protect`,
-    nor the release a rollback would go to.
-
-    Newest by state.json's created_at, then the manifest's built_at. Failed releases do not use up the
-    `keep` places (a run of failed bumps must not push the last good release out). Directories without a
-    manifest are debris of interrupted builds (call this under the host lock) and go too. keep < 1
-    disables pruning. Returns the names removed. state.json is left to vllm_release, which forgets
-    vanished releases.
+    keep < 1 disables pruning after a build (the module's keep_releases=0), where vllm_release's own
+    prune with 0 keeps only the current and previous releases. Returns the names removed.
     """
-    releases_dir = os.path.join(root, "releases")
-    if keep < 1 or not os.path.isdir(releases_dir):
+    if keep < 1:
         return []
-    state = read_json(os.path.join(root, "state.json"), {}) or {}
-    recorded = state.get("releases") or {}
-    created: Dict[str, str] = {}
-    debris = []
-    for name in os.listdir(releases_dir):
-        path = os.path.join(releases_dir, name)
-        if name.startswith(".") or not os.path.isdir(path) or os.path.islink(path):
-            continue
-        manifest = read_json(os.path.join(path, "manifest.json"), None)
-        if manifest is None:
-            debris.append(name)
-            continue
-        created[name] = (recorded.get(name) or {}).get("created_at") or manifest.get("built_at") or ""
-    newest_first = sorted(created, key=lambda name: (created[name], name), reverse=True)
-    not_failed = [name for name in newest_first if (recorded.get(name) or {}).get("status") != "failed"]
-    keep_names = set(not_failed[:keep]) | set(_current_and_previous(root)) | set(protect)
-    target = _rollback_target(state)
-    if target:
-        keep_names.add(target)
-    doomed = [name for name in newest_first + debris if name not in keep_names]
-    for name in doomed:
-        _hide_and_remove(os.path.join(releases_dir, name))
-        _hide_and_remove(os.path.join(root, "wheels", name))
-    return sorted(doomed)
-
-
-def _hide_and_remove(path: str) -> None:
-    """Rename first (atomic), then delete: an interrupted delete never leaves a release that looks whole.
-
-    The `.prune-` prefix is the one vllm_release cleans up after an interrupted run.
-    """
-    if not os.path.lexists(path):
-        return
-    hidden = os.path.join(os.path.dirname(path), f".prune-{os.path.basename(path)}.{uuid.uuid4().hex}")
-    os.rename(path, hidden)
-    shutil.rmtree(hidden, ignore_errors=True)
+    return list(apply_action(root, "prune", keep_releases=keep, protect=[made])["pruned"])
 
 
 def _single_wheel(directory: str) -> Optional[str]:
@@ -687,7 +626,7 @@ def _make_release(opts: BuildOptions, builder: _Builder, plan: _Plan) -> Dict[st
     paths = builder.paths
     status = builder.status
     started = time.monotonic()
-    _hide_and_remove(paths.release)  # debris of a run that was killed outright (no manifest: we hold the lock)
+    remove_hidden_first(paths.release)  # debris of a run that was killed outright (no manifest: we hold the lock)
     shutil.rmtree(paths.build, ignore_errors=True)
     builder.note(f"vllm_build {plan.name}: {redact_url(plan.repo)} {opts.ref} -> {plan.commit}")
     builder.note("inputs: " + json.dumps(plan.inputs, sort_keys=True))
@@ -738,7 +677,7 @@ def _make_release(opts: BuildOptions, builder: _Builder, plan: _Plan) -> Dict[st
         write_json_atomic(paths.manifest, manifest)  # last: from now on the release exists
         builder.note(f"release {plan.name} complete")
     except BaseException as exc:
-        _hide_and_remove(paths.release)
+        remove_hidden_first(paths.release)
         shutil.rmtree(paths.build, ignore_errors=True)
         if isinstance(exc, (BuildError, CommandInterrupted, GitError, OSError, ValueError)):
             builder.note(f"FAILED: {exc}")
@@ -900,7 +839,7 @@ def _build(opts: BuildOptions, check_mode: bool, started: float, status: StatusF
         status.update(release_name=plan.name, commit=plan.commit, log_path=paths.log)
         builder = _Builder(opts, paths, deadline, installer, python, status, plan.added_env)
         manifest = _make_release(opts, builder, plan)
-        pruned = prune_releases(opts.root, opts.keep_releases, protect=[plan.name])
+        pruned = prune_after_build(opts.root, opts.keep_releases, plan.name)
     built = manifest["source"] == "build"
     return _result(
         opts, resolution, plan.name, plan.digest, started, True, built, manifest, f"built {plan.name}", pruned

@@ -34,6 +34,7 @@ __all__ = [
     "ReleaseError",
     "apply_action",
     "load_state",
+    "remove_hidden_first",
     "run_action",
 ]
 
@@ -400,8 +401,8 @@ class _Session:
         if self.link_target is not None:
             self._swap_current(self.link_target)
         for name in self.remove:
-            self._remove_tree(self.layout.releases, name)
-            self._remove_tree(self.layout.wheels, name)
+            remove_hidden_first(os.path.join(self.layout.releases, name))
+            remove_hidden_first(os.path.join(self.layout.wheels, name))
         self._remove_leftovers()
         write_json_atomic(self.layout.state, self.state)
 
@@ -415,16 +416,6 @@ class _Session:
             with contextlib.suppress(OSError):
                 os.unlink(temporary)
             raise
-
-    @staticmethod
-    def _remove_tree(parent: str, name: str) -> None:
-        path = os.path.join(parent, name)
-        if not os.path.lexists(path):
-            return
-        # Hide it first (atomic) so an interrupted delete never leaves a half release that looks complete.
-        hidden = os.path.join(parent, f"{_PRUNING_PREFIX}{name}.{uuid.uuid4().hex}")
-        os.rename(path, hidden)
-        shutil.rmtree(hidden)
 
     def _remove_leftovers(self) -> None:
         """Hidden trees of an earlier interrupted prune (safe: we hold the lock)."""
@@ -452,6 +443,16 @@ class _Session:
             "diff": self.diff(),
             "warnings": self.warnings,
         }
+
+
+def remove_hidden_first(path: str) -> None:
+    """Rename `path` to a hidden name (atomic), then delete it: an interrupted delete never leaves a
+    release that looks whole, and the next prune (or vllm_release run) removes the hidden leftover."""
+    if not os.path.lexists(path):
+        return
+    hidden = os.path.join(os.path.dirname(path), f"{_PRUNING_PREFIX}{os.path.basename(path)}.{uuid.uuid4().hex}")
+    os.rename(path, hidden)
+    shutil.rmtree(hidden, ignore_errors=True)
 
 
 def _render(state: Dict[str, Any]) -> str:

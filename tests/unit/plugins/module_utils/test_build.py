@@ -22,10 +22,10 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._build import (
     cache_env,
     derive_max_jobs,
     inputs_hash,
-    prune_releases,
+    prune_after_build,
     release_name,
 )
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import sha256_file, write_json_atomic
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import read_json, sha256_file, write_json_atomic
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._git import mirror_path
 from ansible_collections.vllm_ops.dflash.tests.helpers.tiny_repo import (
     add_commit,
@@ -386,26 +386,23 @@ def _release(root: Path, name: str, built_at: str) -> None:
     (root / "wheels" / name).mkdir(parents=True)
 
 
-def test_prune_keeps_newest_current_and_previous(tmp_path):
+def test_prune_keeps_newest_current_previous_and_the_release_made(tmp_path):
     root = tmp_path
     names = [f"{i:012x}-00000000" for i in range(6)]
     for i, name in enumerate(names):
         _release(root, name, f"2026-01-0{i + 1}T00:00:00Z")
     (root / "releases" / "debris-no-manifest").mkdir()
-    # state.json orders by created_at: it says names[5] is actually the oldest.
-    state = {
-        "schema": 1,
-        "current": names[0],
-        "previous": names[1],
-        "releases": {names[5]: {"created_at": "2025-01-01T00:00:00Z"}},
-    }
+    state = {"schema": 1, "current": names[0], "previous": names[1], "releases": {}}
     write_json_atomic(str(root / "state.json"), state)
-    before = (root / "state.json").read_bytes()
-    removed = prune_releases(str(root), keep=2)
-    assert removed == sorted([names[2], names[5], "debris-no-manifest"])
-    assert sorted(os.listdir(root / "releases")) == sorted([names[0], names[1], names[3], names[4]])
-    assert sorted(os.listdir(root / "wheels")) == sorted([names[0], names[1], names[3], names[4]])
-    assert (root / "state.json").read_bytes() == before
+    os.symlink("releases/" + names[0], root / "current")
+    # keep 2: names[5] and names[4] (newest by built_at), plus current, previous and the one just made
+    removed = prune_after_build(str(root), 2, made=names[2])
+    assert sorted(removed) == sorted([names[3], "debris-no-manifest"])
+    kept = sorted([names[0], names[1], names[2], names[4], names[5]])
+    assert sorted(os.listdir(root / "releases")) == kept
+    assert sorted(os.listdir(root / "wheels")) == kept
+    # vllm_release's rule: state.json adopts what is left and forgets what went
+    assert sorted(read_json(str(root / "state.json"), {})["releases"]) == kept
 
 
 def test_prune_keeps_the_rollback_target_and_spends_no_place_on_failed_releases(tmp_path):
@@ -423,9 +420,10 @@ def test_prune_keeps_the_rollback_target_and_spends_no_place_on_failed_releases(
         "history": [{"action": "activate", "release": n} for n in (names[0], names[5], names[4], names[5])],
     }
     write_json_atomic(str(tmp_path / "state.json"), state)
-    removed = prune_releases(str(tmp_path), keep=1)
+    os.symlink("releases/" + names[5], tmp_path / "current")
+    removed = prune_after_build(str(tmp_path), 1, made=names[5])
     # the failed ones go (but `previous`), and the good one a rollback would go to stays
-    assert removed == sorted(names[1:4])
+    assert sorted(removed) == sorted(names[1:4])
     assert sorted(os.listdir(tmp_path / "releases")) == sorted([names[0], names[4], names[5]])
 
 
@@ -434,8 +432,8 @@ def test_prune_trusts_the_current_link_and_can_be_disabled(tmp_path):
     for i, name in enumerate(names):
         _release(tmp_path, name, f"2026-01-0{i + 1}T00:00:00Z")
     os.symlink("releases/" + names[0], tmp_path / "current")
-    assert prune_releases(str(tmp_path), keep=0) == []
-    assert prune_releases(str(tmp_path), keep=1) == [names[1]]
+    assert prune_after_build(str(tmp_path), 0, made=names[2]) == []
+    assert prune_after_build(str(tmp_path), 1, made=names[2]) == [names[1]]
 
 
 def _meminfo(tmp_path: Path, available_kib: int) -> str:

@@ -63,17 +63,20 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._precompiled impor
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._releases import apply_action, remove_hidden_first
 
 __all__ = [
+    "BUILD_ARGUMENT_SPEC",
     "MANIFEST_SCHEMA",
     "STATUS_NAME",
     "BuildError",
     "BuildOptions",
     "StatusFile",
     "build",
+    "build_options",
     "cache_env",
     "derive_max_jobs",
     "inputs_hash",
     "prune_after_build",
     "release_name",
+    "url_secrets",
 ]
 
 MANIFEST_SCHEMA = 1
@@ -133,6 +136,46 @@ class BuildOptions:
         self.precompiled_base = precompiled_base
         self.precompiled_wheel = precompiled_wheel or None
         self.run_id = run_id
+
+
+# The options that name a release (doc fragment vllm_ops.dflash.build): vllm_build's and dflash_drift's.
+BUILD_ARGUMENT_SPEC: Dict[str, Dict[str, Any]] = {
+    "repo": {"type": "str", "required": True},
+    "ref": {"type": "str", "required": True},
+    "expected_commit": {"type": "str"},
+    "root": {"type": "path", "default": "/opt/vllm"},
+    "python": {"type": "str", "default": "python3"},
+    "installer": {"type": "str", "choices": list(INSTALLERS), "default": "auto"},
+    "build_env": {"type": "dict", "default": {}},
+    "build_timeout": {"type": "int", "default": 3600},
+    "build_isolation": {"type": "bool", "default": True},
+    "system_site_packages": {"type": "bool", "default": False},
+    "pip_args": {"type": "list", "elements": "str", "default": []},
+    "wheel": {"type": "path"},
+    "precompiled": {"type": "str", "choices": list(MODES), "default": "auto"},
+    "precompiled_base": {"type": "str", "default": "main"},
+    "precompiled_wheel": {"type": "str"},
+}
+
+
+def build_options(params: Mapping[str, Any], **extra: Any) -> BuildOptions:
+    """BuildOptions from a module's validated BUILD_ARGUMENT_SPEC parameters (plus `extra` keywords)."""
+    if params["build_timeout"] <= 0:
+        raise BuildError(f"build_timeout must be a positive number of seconds, got {params['build_timeout']}")
+    return BuildOptions(**{name: params[name] for name in BUILD_ARGUMENT_SPEC}, **extra)
+
+
+def url_secrets(params: Mapping[str, Any]) -> set:
+    """The secrets in the URLs among `params` (a password, or a token given as user name) for Ansible to mask."""
+    found = set()
+    for url in (params.get("repo"), params.get("precompiled_base"), params.get("precompiled_wheel")):
+        if not url or redact_url(url) == url:
+            continue
+        userinfo = url.split("://", 1)[1].split("@", 1)[0]
+        secret = userinfo.split(":", 1)[1] if ":" in userinfo else userinfo
+        if secret:
+            found.add(secret)
+    return found
 
 
 def inputs_hash(inputs: Mapping[str, Any]) -> str:

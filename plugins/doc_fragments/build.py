@@ -1,0 +1,127 @@
+# Copyright (c) vllm_ops.dflash contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+from __future__ import annotations
+
+
+class ModuleDocFragment:
+    # The options that name a release: vllm_build builds it, dflash_drift looks it up. One text, one
+    # argument spec (module_utils/_build.py BUILD_ARGUMENT_SPEC), so both always agree on the name.
+    DOCUMENTATION = r"""
+options:
+  repo:
+    description:
+      - The git repository, as an https, ssh or file URL, or a path on the host.
+      - Credentials in an https URL (C(https://user:TOKEN@host/...)) are used for git but removed from every
+        output, log header and C(manifest.json), and never stored in the mirror's config.
+    type: str
+    required: true
+  ref:
+    description:
+      - What to build - a branch, a tag (an annotated tag is peeled to its commit), a full or short commit SHA, or
+        any C(refs/...) name such as C(refs/pull/40898/head).
+      - A name that is both a branch and a tag of different commits is refused; write C(refs/heads/NAME) or
+        C(refs/tags/NAME).
+      - A short SHA needs the mirror (it is fetched if the commit is unknown there); an ambiguous one is refused.
+    type: str
+    required: true
+  expected_commit:
+    description:
+      - Fail before building unless O(ref) resolves to this commit (full SHA or a prefix of it). Guards against a
+        branch that moved since the deployment was reviewed.
+    type: str
+  root:
+    description: The vLLM root holding C(releases/), C(wheels/), C(src/), C(build/), C(logs/) and C(.lock).
+    type: path
+    default: /opt/vllm
+  python:
+    description:
+      - The interpreter to create the release venv with, as a command on PATH or a path. Its absolute path and
+        version are build inputs.
+      - It needs the C(venv) module with C(ensurepip) (Debian and Ubuntu - the C(python3-venv) package) unless
+        the installer is uv.
+    type: str
+    default: python3
+  installer:
+    description:
+      - What creates the venv, builds the wheel and installs it. V(pip) - C(python -m venv), C(pip wheel),
+        C(pip install). V(uv) - C(uv venv), C(uv build --wheel), C(uv pip install). V(auto) - uv if C(uv) is on
+        PATH, else pip. The resolved installer is a build input.
+    type: str
+    choices: [auto, uv, pip]
+    default: auto
+  build_env:
+    description:
+      - Extra environment for every build step, on top of the module's environment, for example C(MAX_JOBS),
+        C(NVCC_THREADS), C(TORCH_CUDA_ARCH_LIST), C(VLLM_PRECOMPILED_WHEEL_VARIANT). C(LC_ALL=C) is always set.
+      - C(VLLM_USE_PRECOMPILED) and C(VLLM_PRECOMPILED_WHEEL_LOCATION) are refused here - O(precompiled) and
+        O(precompiled_wheel) set them.
+      - It is a build input, so changing it builds a new release. It is recorded in C(manifest.json); do not put
+        secrets here.
+    type: dict
+    default: {}
+  build_timeout:
+    description: Seconds for the whole fetch + checkout + venv + wheel build + install.
+    type: int
+    default: 3600
+  build_isolation:
+    description:
+      - Build the wheel in an isolated environment with the project's declared build requirements (pip's
+        default). V(false) passes C(--no-build-isolation) - the build requirements (for vLLM - torch, cmake,
+        ninja, setuptools-scm ...) must then already be in the venv, usually with O(system_site_packages).
+    type: bool
+    default: true
+  system_site_packages:
+    description: Create the venv with C(--system-site-packages) (for example to use a system-wide torch).
+    type: bool
+    default: false
+  pip_args:
+    description:
+      - Extra arguments for every pip or uv call (wheel build, build requirements, install), for example
+        C([--no-index, --find-links, /srv/wheelhouse]) on an air-gapped host, or C([--extra-index-url, URL]).
+      - They are a build input.
+    type: list
+    elements: str
+    default: []
+  wheel:
+    description:
+      - Path of a wheel on the host to install instead of building (build once, copy the wheel to the other
+        hosts). O(ref) is still resolved, because the release name and C(manifest.json) carry the commit. A copy
+        is kept under O(root)C(/wheels/<name>/); C(manifest.json) records C(source=wheel).
+    type: path
+  precompiled:
+    description:
+      - Whether the wheel build reuses compiled libraries (vLLM's C(VLLM_USE_PRECOMPILED=1)) instead of compiling
+        the CUDA/C++ sources.
+      - V(auto) - lists the files changed between the commit and its merge-base with O(precompiled_base), and uses
+        the precompiled path only when none is under C(csrc/), C(cmake/), C(setup.py), C(requirements/) or is a
+        C(CMakeLists.txt), B(and) a base wheel is known - O(precompiled_wheel), or the wheel of an earlier release
+        on this host built with the same inputs whose commit has the same compiled sources (the wheel of the
+        merge-base first). So a Python-only bump or PR on a host that built its base reuses that base's libraries.
+        Otherwise it builds in full. The mirror is fetched to decide, before the release is named.
+      - V(always) - the precompiled path without checking the diff; without O(precompiled_wheel), vLLM looks the
+        base wheel up itself (network). V(never) - always compile.
+      - The decision (not its environment) is a build input - a precompiled release of a commit is not the full build
+        of it. The decision and its reason are returned (RV(precompiled), RV(precompiled_reason)) and written to
+        the build log and C(manifest.json).
+      - With O(wheel), pass how that wheel was built - V(always) or V(never), the building host's RV(precompiled) -
+        so that the release gets the building host's name without fetching the repository here. V(auto) decides as a
+        build here would, which needs the mirror and may differ from the building host.
+    type: str
+    choices: [auto, always, never]
+    default: auto
+  precompiled_base:
+    description:
+      - The upstream branch the ref came from, for O(precompiled=auto) - a branch, tag or C(refs/...) of O(repo), or
+        C(<url>#<ref>) for a separate upstream (a fork built from its own repository, compared with
+        C(https://github.com/vllm-project/vllm.git#main)); that ref is fetched into the mirror.
+      - If it cannot be fetched, O(precompiled=auto) builds in full and says why in RV(precompiled_reason).
+    type: str
+    default: main
+  precompiled_wheel:
+    description:
+      - The base wheel for the precompiled path (C(VLLM_PRECOMPILED_WHEEL_LOCATION)) - a path on the host or a URL.
+        C({merge_base}) in it is replaced by the merge-base commit, for example
+        C(https://wheels.vllm.ai/{merge_base}/vllm-1.0.0.dev-cp38-abi3-manylinux1_x86_64.whl).
+      - Not a build input (a host-local path); the decision is.
+    type: str
+"""

@@ -1,0 +1,193 @@
+# Copyright (c) vllm_ops.dflash contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Would a deploy change this host? The read-only look the deploy playbook takes of every host first.
+
+One call answers everything a no-op re-run needs: the release the build options name (vllm_build's own
+lookup: ls-remote, interpreter probe, manifest path), which release serves and whether it passed its gate,
+whether the files the roles would write are byte-for-byte and mode-for-mode what is on disk, whether the
+unit is enabled and the server answers /health. Nothing is written, no lock is taken for long.
+"""
+
+from __future__ import annotations
+
+import grp
+import os
+import pwd
+import stat
+import subprocess
+import urllib.error
+import urllib.request
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._build import BuildOptions, build
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import sha256_file
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._releases import ReleaseError, run_action
+
+__all__ = ["DriftError", "FileExpectation", "look"]
+
+HEALTH_TIMEOUT = 5.0
+
+
+class DriftError(Exception):
+    """The look itself could not be taken (bad input); the message names the fix."""
+
+
+class FileExpectation:
+    """A file a role would write: its content's sha256 and, where given, mode, owner and group."""
+
+    def __init__(
+        self,
+        path: str,
+        sha256: str,
+        mode: Optional[str] = None,
+        owner: Optional[str] = None,
+        group: Optional[str] = None,
+    ) -> None:
+        if not os.path.isabs(path):
+            raise DriftError(f"files: path {path!r} is not absolute")
+        if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256.lower()):
+            raise DriftError(f"files: sha256 of {path} is not 64 hex digits: {sha256!r}")
+        if mode is not None and (not mode.isdigit() or any(c > "7" for c in mode)):
+            raise DriftError(f"files: mode of {path} must be octal digits such as '0644', got {mode!r}")
+        self.path = path
+        self.sha256 = sha256.lower()
+        self.mode = int(mode, 8) if mode is not None else None
+        self.owner = owner
+        self.group = group
+
+    @classmethod
+    def from_dict(cls, item: Mapping[str, Any]) -> FileExpectation:
+        mode = item.get("mode")
+        return cls(
+            str(item["path"]),
+            str(item["sha256"]),
+            None if mode is None else str(mode),
+            item.get("owner"),
+            item.get("group"),
+        )
+
+    def difference(self) -> Optional[str]:
+        """Why the file on disk is not this one, or None when it is."""
+        try:
+            info = os.stat(self.path)
+        except FileNotFoundError:
+            return f"{self.path} does not exist"
+        except OSError as exc:
+            return f"{self.path} cannot be read: {exc.strerror}"
+        if not stat.S_ISREG(info.st_mode):
+            return f"{self.path} is not a regular file"
+        try:
+            if sha256_file(self.path) != self.sha256:
+                return f"{self.path} has other content"
+        except OSError as exc:
+            return f"{self.path} cannot be read: {exc.strerror}"
+        if self.mode is not None and stat.S_IMODE(info.st_mode) != self.mode:
+            return f"{self.path} has mode {stat.S_IMODE(info.st_mode):04o}, not {self.mode:04o}"
+        if self.owner is not None and _user_name(info.st_uid) != self.owner:
+            return f"{self.path} is owned by {_user_name(info.st_uid)}, not {self.owner}"
+        if self.group is not None and _group_name(info.st_gid) != self.group:
+            return f"{self.path} has group {_group_name(info.st_gid)}, not {self.group}"
+        return None
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def _group_name(gid: int) -> str:
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
+
+
+def unit_difference(unit: str, enabled: bool = True) -> Optional[str]:
+    """Why `unit` is not (enabled=False: is) enabled, or None when `systemctl is-enabled` agrees."""
+    try:
+        proc = subprocess.run(
+            ["systemctl", "is-enabled", unit], capture_output=True, text=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"systemctl is-enabled {unit} did not answer: {exc}"
+    state = (proc.stdout.strip() or proc.stderr.strip() or f"rc={proc.returncode}").splitlines()[0]
+    if (state == "enabled") == enabled:
+        return None
+    return f"{unit} is {state}, not {'enabled' if enabled else 'disabled'}"
+
+
+def health(url: str, timeout: float = HEALTH_TIMEOUT) -> Optional[str]:
+    """Why `url` does not answer 200, or None when it does."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            code = response.status
+    except urllib.error.HTTPError as exc:
+        code = exc.code
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return f"{url} does not answer: {reason}"
+    return None if code == 200 else f"{url} answered {code}"
+
+
+def look(
+    options: BuildOptions,
+    files: Sequence[FileExpectation] = (),
+    health_url: Optional[str] = None,
+    unit: Optional[str] = None,
+    unit_enabled: bool = True,
+    good_statuses: Sequence[str] = ("good",),
+    lock_timeout: float = 10.0,
+) -> Dict[str, Any]:
+    """The drift result: `unchanged` is True only when a deploy with these options would change nothing.
+
+    Raises BuildError when the ref cannot be resolved (what the deploy itself would fail on) and DriftError
+    on bad input. Every other difference is a reason, not an error.
+    """
+    reasons: List[str] = []
+    lookup = build(options, check_mode=True)
+    wanted = lookup["release_name"]
+    exists = not lookup["changed"]
+    try:
+        state = run_action(options.root, "status", check_mode=True, lock_timeout=lock_timeout)
+    except ReleaseError as exc:  # a build or swap holds the lock: the deploy must wait for it, not skip
+        state = {"current": None, "releases": [], "warnings": []}
+        reasons.append(f"the release state cannot be read now: {exc}")
+    current = state["current"]
+    statuses = {entry["name"]: entry["status"] for entry in state["releases"]}
+    current_status = statuses.get(current) if current else None
+    if not exists:
+        reasons.append(f"{wanted or 'the release of ' + options.ref} is not built here: {lookup['msg']}")
+    elif current != wanted:
+        reasons.append(f"{wanted} is built but {current or 'no release'} serves")
+    elif current_status not in good_statuses:
+        reasons.append(f"{current} serves but is {current_status}, not {' or '.join(good_statuses)}")
+    file_results = []
+    for expected in files:
+        difference = expected.difference()
+        file_results.append({"path": expected.path, "changed": difference is not None, "reason": difference})
+        if difference:
+            reasons.append(difference)
+    unit_reason = unit_difference(unit, unit_enabled) if unit else None
+    if unit_reason:
+        reasons.append(unit_reason)
+    health_reason = health(health_url) if health_url else None
+    if health_reason:
+        reasons.append(health_reason)
+    unchanged = not reasons
+    return {
+        "changed": False,
+        "unchanged": unchanged,
+        "reasons": reasons,
+        "msg": "nothing would change" if unchanged else "a deploy would change this host: " + "; ".join(reasons),
+        "commit": lookup["commit"],
+        "release_name": wanted,
+        "release_exists": exists,
+        "current": current,
+        "current_status": current_status,
+        "files": file_results,
+        "unit_as_expected": bool(unit) and unit_reason is None,
+        "healthy": bool(health_url) and health_reason is None,
+        "warnings": list(state.get("warnings", [])),
+    }

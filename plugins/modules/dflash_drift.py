@@ -1,0 +1,211 @@
+#!/usr/bin/python
+# Copyright (c) vllm_ops.dflash contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: dflash_drift
+short_description: Tell, in one read-only look, whether a deploy would change a vLLM host
+description:
+  - Answers the question the deploy playbook asks of every host first - would installing, configuring, serving and
+    gating change anything here? - in a single round trip, writing nothing.
+  - The release - resolves O(ref) and names the release exactly as M(vllm_ops.dflash.vllm_build) would (the same
+    options, the same lookup, in check mode). It must be built, be the C(current) one, and have a status in
+    O(good_statuses) (the gate marks a release C(good)).
+  - The files - every item of O(files) (what a role would template, rendered and hashed on the controller) must
+    be on disk with that sha256, and with that mode, owner and group where given.
+  - The service - O(unit) must be enabled (or not, as O(unit_enabled) says) and O(health_url) must answer 200.
+  - RV(unchanged) is V(true) only when all of it holds; RV(reasons) says what differs. The module never reports
+    C(changed).
+  - A build or release swap that holds the host lock longer than O(lock_timeout) makes the host count as changed,
+    so that the deploy waits for it instead of skipping the host.
+version_added: 0.1.0
+author: vllm_ops maintainers (@vllm-ops)
+extends_documentation_fragment:
+  - vllm_ops.dflash.attributes
+  - vllm_ops.dflash.attributes.info_module
+  - vllm_ops.dflash.build
+options:
+  files:
+    description:
+      - Files a deploy would write, as the controller renders them. Only hashes travel - a file with secrets is
+        compared without its content leaving the controller.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      path:
+        description: Absolute path on the host.
+        type: path
+        required: true
+      sha256:
+        description:
+          - sha256 of the content the deploy would write, for example C(lookup('template', ...) | hash('sha256')).
+        type: str
+        required: true
+      mode:
+        description: Octal mode the deploy would set, as a string such as V('0644').
+        type: str
+      owner:
+        description: Owner the deploy would set.
+        type: str
+      group:
+        description: Group the deploy would set.
+        type: str
+  health_url:
+    description: A URL that must answer 200, for example the server's C(/health). Not checked when empty.
+    type: str
+  unit:
+    description: A systemd unit whose C(systemctl is-enabled) state must match O(unit_enabled). Not checked when empty.
+    type: str
+  unit_enabled:
+    description: Whether O(unit) should be enabled (V(true)) or not (V(false)).
+    type: bool
+    default: true
+  good_statuses:
+    description: Release statuses (of M(vllm_ops.dflash.vllm_release)) that count as deployed and gated.
+    type: list
+    elements: str
+    default: [good]
+  lock_timeout:
+    description:
+      - Seconds to wait for the host lock (held by a build or a release swap) before counting the host as changed.
+    type: float
+    default: 10
+notes:
+  - Runs on the target with its system Python and the standard library only, plus C(git) and C(systemctl).
+seealso:
+  - module: vllm_ops.dflash.vllm_build
+  - module: vllm_ops.dflash.vllm_release
+"""
+
+EXAMPLES = r"""
+- name: Would a deploy change this host
+  vllm_ops.dflash.dflash_drift:
+    repo: https://github.com/vllm-project/vllm.git
+    ref: refs/pull/40898/head
+    files:
+      - path: /etc/vllm/default.yaml
+        sha256: "{{ lookup('ansible.builtin.template', 'serve.yaml.j2') | hash('sha256') }}"
+        mode: "0644"
+        owner: root
+        group: root
+    unit: vllm-default.service
+    health_url: http://127.0.0.1:8000/health
+  register: drift
+
+- name: Deploy only where something would change
+  ansible.builtin.group_by:
+    key: "{{ 'vllm_pending' if not drift.unchanged else 'vllm_unchanged' }}"
+"""
+
+RETURN = r"""
+unchanged:
+  description: V(true) when a deploy with these options would change nothing on the host.
+  returned: always
+  type: bool
+reasons:
+  description: What a deploy would change, one sentence each; empty when RV(unchanged).
+  returned: always
+  type: list
+  elements: str
+  sample:
+    - 3cfc8f8b7a1b-1a2b3c4d is built but b0b2f27da0c4-9f8e7d6c serves
+    - /etc/vllm/default.yaml has other content
+commit:
+  description: The full commit O(ref) resolves to (V(null) for a short SHA the mirror does not hold).
+  returned: always
+  type: str
+release_name:
+  description: The release O(ref) and the build options name, as M(vllm_ops.dflash.vllm_build) would.
+  returned: always
+  type: str
+  sample: 3cfc8f8b7a1b-1a2b3c4d
+release_exists:
+  description: Whether that release is built on this host.
+  returned: always
+  type: bool
+current:
+  description: The release that serves (C(current)); V(null) when none.
+  returned: always
+  type: str
+current_status:
+  description: The status of the current release (C(built), C(active), C(good) or C(failed)).
+  returned: always
+  type: str
+files:
+  description: Each of O(files) with C(changed) and the C(reason) it differs.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{path: /etc/vllm/default.yaml, changed: false, reason: null}]
+unit_as_expected:
+  description: Whether O(unit) is enabled as O(unit_enabled) says (V(false) when O(unit) is not given).
+  returned: always
+  type: bool
+healthy:
+  description: Whether O(health_url) answered 200 (V(false) when O(health_url) is not given).
+  returned: always
+  type: bool
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._build import (
+    BUILD_ARGUMENT_SPEC,
+    BuildError,
+    build_options,
+    url_secrets,
+)
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import redact_url
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._drift import DriftError, FileExpectation, look
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            **BUILD_ARGUMENT_SPEC,
+            "files": {
+                "type": "list",
+                "elements": "dict",
+                "default": [],
+                "options": {
+                    "path": {"type": "path", "required": True},
+                    "sha256": {"type": "str", "required": True},
+                    "mode": {"type": "str"},
+                    "owner": {"type": "str"},
+                    "group": {"type": "str"},
+                },
+            },
+            "health_url": {"type": "str"},
+            "unit": {"type": "str"},
+            "unit_enabled": {"type": "bool", "default": True},
+            "good_statuses": {"type": "list", "elements": "str", "default": ["good"]},
+            "lock_timeout": {"type": "float", "default": 10},
+        },
+        supports_check_mode=True,
+    )
+    params = module.params
+    module.no_log_values.update(url_secrets(params))
+    try:
+        files = [FileExpectation.from_dict(item) for item in params["files"]]
+        result = look(
+            build_options(params),
+            files,
+            health_url=params["health_url"] or None,
+            unit=params["unit"] or None,
+            unit_enabled=params["unit_enabled"],
+            good_statuses=params["good_statuses"],
+            lock_timeout=params["lock_timeout"],
+        )
+    except (BuildError, DriftError) as exc:
+        module.fail_json(msg=str(exc), repo=redact_url(params["repo"]), requested_ref=params["ref"])
+    except OSError as exc:
+        module.fail_json(msg=f"dflash_drift could not read {params['root']}: {exc}; check that this user may read it")
+    for warning in result.pop("warnings"):
+        module.warn(warning)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,216 @@
+"""The deploy's first look against a real release (tiny repo, real pip build), real files, a real HTTP
+server and a stand-in `systemctl` on PATH."""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._build import BuildOptions, build
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._drift import DriftError, FileExpectation, look
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._lock import host_lock
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._releases import run_action
+from ansible_collections.vllm_ops.dflash.tests.helpers.tiny_repo import add_commit, make_tiny_repo, wheelhouse
+
+CONFIG = "model: /srv/models/tiny\nport: 8000\n"
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """A tiny repo and a root with one release of main, built once for the module."""
+    house = wheelhouse()
+    if house is None:
+        pytest.skip("could not download setuptools/setuptools-scm from PyPI into .cache/wheelhouse")
+    base = tmp_path_factory.mktemp("drift")
+    repo = base / "repo"
+    make_tiny_repo(repo)
+    pip_args = ["--no-index", "--find-links", str(house)]
+    template = base / "root-template"
+    opts = BuildOptions(str(repo), "main", root=str(template), python=sys.executable, pip_args=pip_args)
+    result = build(opts)
+    return repo, template, pip_args, result["release_name"]
+
+
+class _Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(200 if self.path == "/health" else 503)
+        self.end_headers()
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def server():
+    httpd = http.server.HTTPServer(("127.0.0.1", 0), _Health)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+
+
+@pytest.fixture
+def systemctl(tmp_path, monkeypatch):
+    """A `systemctl` whose is-enabled answer the test sets (written to a file it reads)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    answer = tmp_path / "is-enabled"
+    answer.write_text("enabled")
+    script = bin_dir / "systemctl"
+    script.write_text(f'#!/bin/sh\n[ "$1" = is-enabled ] || exit 2\ncat {answer}\n[ "$(cat {answer})" = enabled ]\n')
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    return answer
+
+
+@pytest.fixture
+def deployed(built, tmp_path, server, systemctl):
+    """A host as a passed deploy leaves it: the release current and good, the config file in place."""
+    repo, template, pip_args, name = built
+    root = tmp_path / "opt-vllm"
+    shutil.copytree(template, root, symlinks=True)
+    run_action(str(root), "activate", release=name)
+    run_action(str(root), "mark_good")
+    config = tmp_path / "etc" / "default.yaml"
+    config.parent.mkdir()
+    config.write_text(CONFIG)
+    config.chmod(0o644)
+    user = subprocess.run(["id", "-un"], capture_output=True, text=True, check=True).stdout.strip()
+    expected = {
+        "path": str(config),
+        "sha256": hashlib.sha256(CONFIG.encode()).hexdigest(),
+        "mode": "0644",
+        "owner": user,
+    }
+    opts = BuildOptions(str(repo), "main", root=str(root), python=sys.executable, pip_args=pip_args)
+    return {
+        "opts": opts,
+        "root": root,
+        "name": name,
+        "config": config,
+        "expected": expected,
+        "health": f"{server}/health",
+        "systemctl": systemctl,
+        "repo": repo,
+    }
+
+
+def _look(d, **overrides):
+    kwargs = {
+        "files": [FileExpectation.from_dict(d["expected"])],
+        "health_url": d["health"],
+        "unit": "vllm-default.service",
+    }
+    kwargs.update(overrides)
+    return look(d["opts"], **kwargs)
+
+
+def _tree(root: Path) -> list:
+    # Not the host lock: taking it records the holder's pid (runtime coordination, not managed state).
+    return sorted((str(p.relative_to(root)), p.lstat().st_mtime_ns) for p in root.rglob("*") if p.name != ".lock")
+
+
+def test_a_deployed_host_is_unchanged_and_nothing_is_written(deployed):
+    before = _tree(deployed["root"])
+    result = _look(deployed)
+    assert result["unchanged"] is True, result["reasons"]
+    assert result["reasons"] == [] and result["msg"] == "nothing would change"
+    assert (result["current"], result["release_name"], result["current_status"]) == (
+        deployed["name"],
+        deployed["name"],
+        "good",
+    )
+    assert result["release_exists"] and result["healthy"] and result["unit_as_expected"]
+    assert result["files"] == [{"path": str(deployed["config"]), "changed": False, "reason": None}]
+    assert result["changed"] is False
+    assert _tree(deployed["root"]) == before
+
+
+@pytest.mark.parametrize(
+    ("change", "needle"),
+    [
+        (lambda d: d["config"].write_text(CONFIG + "max-model-len: 4096\n"), "has other content"),
+        (lambda d: d["config"].chmod(0o600), "has mode 0600, not 0644"),
+        (lambda d: d["config"].unlink(), "does not exist"),
+        (lambda d: d["systemctl"].write_text("disabled"), "vllm-default.service is disabled, not enabled"),
+        (lambda d: run_action(str(d["root"]), "mark_failed", reason="gate"), "serves but is failed, not good"),
+    ],
+    ids=["content", "mode", "missing", "unit-disabled", "release-failed"],
+)
+def test_each_difference_is_a_reason(deployed, change, needle):
+    change(deployed)
+    result = _look(deployed)
+    assert result["unchanged"] is False
+    assert any(needle in reason for reason in result["reasons"]), result["reasons"]
+    assert needle in result["msg"]
+
+
+def test_a_release_activated_but_not_gated_is_a_reason(built, deployed, tmp_path):
+    root = tmp_path / "not-gated"
+    shutil.copytree(built[1], root, symlinks=True)
+    run_action(str(root), "activate", release=deployed["name"])  # a deploy that stopped before its gate
+    deployed["opts"].root = str(root)
+    result = _look(deployed)
+    assert f"{deployed['name']} serves but is active, not good" in result["reasons"]
+
+
+def test_a_bumped_branch_is_a_release_not_built_here(deployed):
+    add_commit(deployed["repo"], "main", "drift-bump")
+    try:
+        result = _look(deployed)
+    finally:
+        subprocess.run(["git", "-C", str(deployed["repo"]), "reset", "-q", "--hard", "HEAD~1"], check=True)
+    assert result["unchanged"] is False
+    assert result["release_exists"] is False and result["release_name"] != deployed["name"]
+    assert result["current"] == deployed["name"]
+    assert "is not built here" in result["reasons"][0]
+
+
+def test_another_release_serving_is_a_reason(deployed):
+    other = BuildOptions(
+        deployed["opts"].repo, "v1.0.0", root=str(deployed["root"]), python=sys.executable,
+        pip_args=deployed["opts"].pip_args,
+    )  # fmt: skip
+    build(other)
+    other_name = look(other)["release_name"]
+    run_action(str(deployed["root"]), "activate", release=other_name)
+    result = _look(deployed)
+    assert f"{deployed['name']} is built but {other_name} serves" in result["reasons"]
+
+
+def test_health_and_unit_expectations(deployed, server):
+    down = _look(deployed, health_url=f"{server}/not-health")
+    assert down["healthy"] is False and any("answered 503" in r for r in down["reasons"])
+    refused = _look(deployed, health_url="http://127.0.0.1:9/health")
+    assert any("does not answer" in r for r in refused["reasons"])
+    # a unit the deploy leaves disabled must be disabled
+    assert any("is enabled, not disabled" in r for r in _look(deployed, unit_enabled=False)["reasons"])
+    deployed["systemctl"].write_text("disabled")
+    assert _look(deployed, unit_enabled=False)["unchanged"] is True
+
+
+def test_a_held_lock_counts_as_changed_instead_of_waiting(deployed):
+    with host_lock(str(deployed["root"]), 5):
+        result = _look(deployed, lock_timeout=0.2)
+    assert result["unchanged"] is False
+    assert any("cannot be read now" in reason for reason in result["reasons"])
+
+
+@pytest.mark.parametrize(
+    ("item", "needle"),
+    [
+        ({"path": "etc/x", "sha256": "0" * 64}, "is not absolute"),
+        ({"path": "/etc/x", "sha256": "abc"}, "is not 64 hex digits"),
+        ({"path": "/etc/x", "sha256": "0" * 64, "mode": "u+rw"}, "must be octal digits"),
+        ({"path": "/etc/x", "sha256": "0" * 64, "mode": "0689"}, "must be octal digits"),
+    ],
+)
+def test_bad_file_expectations_are_refused(item, needle):
+    with pytest.raises(DriftError, match=needle):
+        FileExpectation.from_dict(item)

@@ -1,0 +1,75 @@
+"""dflash_drift as Ansible runs it: a subprocess reading its arguments from a JSON file."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from ansible_collections.vllm_ops.dflash.tests.helpers.tiny_repo import make_tiny_repo
+
+COLLECTIONS = Path(__file__).resolve().parents[4] / ".cache" / "ac"
+MODULE = "ansible_collections.vllm_ops.dflash.plugins.modules.dflash_drift"
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    path = tmp_path_factory.mktemp("drift-module-repo") / "repo"
+    return path, make_tiny_repo(path)
+
+
+def run_module(tmp_path: Path, check_mode: bool = False, **args) -> dict:
+    args_file = tmp_path / "args.json"
+    args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {**args, "_ansible_check_mode": check_mode}}))
+    env = dict(os.environ, PYTHONPATH=str(COLLECTIONS))
+    proc = subprocess.run(
+        [sys.executable, "-m", MODULE, str(args_file)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    result = json.loads(proc.stdout)
+    assert (proc.returncode != 0) == bool(result.get("failed")), proc.stderr
+    return result
+
+
+def test_a_fresh_host_would_change_and_nothing_is_written(tiny, tmp_path):
+    repo, shas = tiny
+    root = tmp_path / "root"
+    config = tmp_path / "default.yaml"
+    args = {"repo": str(repo), "ref": "main", "root": str(root), "python": sys.executable}
+    args["files"] = [{"path": str(config), "sha256": "0" * 64, "mode": "0644"}]
+    for check_mode in (False, True):
+        result = run_module(tmp_path, check_mode=check_mode, **args)
+        assert (result["changed"], result["unchanged"], result["commit"]) == (False, False, shas["c3"])
+        assert (result["current"], result["release_exists"]) == (None, False)
+        assert result["files"] == [{"path": str(config), "changed": True, "reason": f"{config} does not exist"}]
+        assert result["reasons"][0].startswith(f"{result['release_name']} is not built here")
+    assert not root.exists()
+
+
+def test_an_unknown_ref_fails_like_the_deploy_would(tiny, tmp_path):
+    repo, _ = tiny
+    result = run_module(tmp_path, repo=str(repo), ref="no-such-branch", root=str(tmp_path / "root"))
+    assert result["failed"] is True
+    assert "no-such-branch" in result["msg"]
+
+
+def test_a_token_in_the_repo_url_is_never_returned(tmp_path):
+    url = "https://builder:s3cr3t-token@127.0.0.1:9/vllm.git"
+    result = run_module(tmp_path, repo=url, ref="main", root=str(tmp_path / "root"), build_timeout=5)
+    assert result["failed"] is True
+    assert "s3cr3t-token" not in json.dumps(result)
+
+
+def test_bad_file_expectations_are_refused_with_the_fix(tiny, tmp_path):
+    repo, _ = tiny
+    files = [{"path": "relative/default.yaml", "sha256": "0" * 64}]
+    result = run_module(tmp_path, repo=str(repo), ref="main", root=str(tmp_path / "root"), files=files)
+    assert result["failed"] is True
+    assert "is not absolute" in result["msg"]

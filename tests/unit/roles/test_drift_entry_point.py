@@ -1,0 +1,35 @@
+"""vllm_install's drift look names the release with the same build options as the role's own lookup.
+
+A build option passed to the lookup but not to dflash_drift would make the look name another release, so
+every re-run would take the full path; this keeps the two task files in step.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._build import BUILD_ARGUMENT_SPEC
+
+TASKS = Path(__file__).resolve().parents[3] / "roles" / "vllm_install" / "tasks"
+# Options of the lookup that only an install from the fleet's wheel sets (the look asks about the build).
+INSTALL_ONLY = {"expected_commit", "wheel", "precompiled"}
+
+
+def _task(path: Path, name: str) -> dict:
+    for task in yaml.safe_load(path.read_text()):
+        if task.get("name") == name:
+            return task
+    raise AssertionError(f"{path.name} has no task {name!r}")
+
+
+def test_the_look_passes_every_build_option_of_the_lookup():
+    lookup = _task(TASKS / "main.yml", "Look the release up (nothing is built or written)")[
+        "vllm_ops.dflash.vllm_build"
+    ]
+    drift = _task(TASKS / "drift.yml", "Would a deploy change this host")["vllm_ops.dflash.dflash_drift"]
+    # the options that name a release (vllm_build's other options, keep_releases and run_id, do not)
+    shared = {key: value for key, value in lookup.items() if key in BUILD_ARGUMENT_SPEC and key not in INSTALL_ONLY}
+    assert len(shared) == len(BUILD_ARGUMENT_SPEC) - len(INSTALL_ONLY)
+    assert {key: drift.get(key) for key in shared} == shared
+    assert drift["precompiled"] == "{{ vllm_precompiled }}"

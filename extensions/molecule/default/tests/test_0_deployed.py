@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 
-from deploy_helper import release_state, service_pid
+from deploy_helper import deploy, release_state, service_pid
 
 API_KEY = "fixture-secret-key-do-not-print"
 
@@ -86,3 +86,27 @@ def test_gate_report_says_passed(host):
     assert abs(report["mean_acceptance_length"] - 4.0) < 0.1
     assert host.file("/var/lib/vllm-gate/default.md").exists
     assert API_KEY not in host.file("/var/lib/vllm-gate/default.json").content_string
+
+
+def test_a_re_run_is_one_look_and_nothing_else(host):
+    pid = service_pid(host)
+    gated = host.file("/var/lib/vllm-gate/default.json").mtime
+    proc = deploy()
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert "nothing would change" in proc.stdout
+    # the build play and the rollout play have no host to run on
+    assert proc.stdout.count("skipping: no hosts matched") == 2, proc.stdout[-3000:]
+    assert re.search(r"gpu1\s+: ok=\d+\s+changed=0\s+unreachable=0\s+failed=0", proc.stdout)
+    assert service_pid(host) == pid
+    assert host.file("/var/lib/vllm-gate/default.json").mtime == gated, "gate traffic on a no-op"
+
+
+def test_a_file_edited_by_hand_is_seen_and_put_back(host):
+    pid = service_pid(host)
+    host.run("echo '# edited by hand' >> /etc/vllm/default.yaml")
+    proc = deploy()
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert "/etc/vllm/default.yaml has other content" in proc.stdout
+    assert "edited by hand" not in host.file("/etc/vllm/default.yaml").content_string
+    assert service_pid(host) != pid, "the restored config was not loaded"
+    assert "nothing would change" in deploy().stdout

@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible_collections.vllm_ops.dflash.plugins.modules import acceptance_gate
+from ansible_collections.vllm_ops.dflash.tests.helpers import module_runner
 
 ROOT = Path(__file__).resolve().parents[4]
 FIXTURES = ROOT / "tests" / "unit" / "fixtures" / "metrics"
-MODULE = "ansible_collections.vllm_ops.dflash.plugins.modules.acceptance_gate"
 
 
 def _load_fake():
@@ -37,13 +37,8 @@ FakeVLLM = _load_fake()
 
 
 def run_module(tmp_path, check_mode=False, **args):
-    args_file = tmp_path / "args.json"
-    args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {**args, "_ansible_check_mode": check_mode}}))
-    env = dict(os.environ, PYTHONPATH=str(ROOT / ".cache" / "ac"))
-    done = subprocess.run(
-        [sys.executable, "-m", MODULE, str(args_file)], capture_output=True, text=True, env=env, timeout=60, check=False
-    )
-    return json.loads(done.stdout), done.stdout
+    result, proc = module_runner.run_module("acceptance_gate", tmp_path, args, check_mode=check_mode, timeout=60)
+    return result, proc.stdout
 
 
 def test_passing_gate_returns_figures_facts_and_writes_reports(tmp_path):

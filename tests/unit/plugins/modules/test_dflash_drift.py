@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from ansible_collections.vllm_ops.dflash.tests.helpers import module_runner
 from ansible_collections.vllm_ops.dflash.tests.helpers.tiny_repo import make_tiny_repo
-
-COLLECTIONS = Path(__file__).resolve().parents[4] / ".cache" / "ac"
-MODULE = "ansible_collections.vllm_ops.dflash.plugins.modules.dflash_drift"
 
 
 @pytest.fixture(scope="module")
@@ -22,20 +18,7 @@ def tiny(tmp_path_factory):
 
 
 def run_module(tmp_path: Path, check_mode: bool = False, **args) -> dict:
-    args_file = tmp_path / "args.json"
-    args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {**args, "_ansible_check_mode": check_mode}}))
-    env = dict(os.environ, PYTHONPATH=str(COLLECTIONS))
-    proc = subprocess.run(
-        [sys.executable, "-m", MODULE, str(args_file)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
-    result = json.loads(proc.stdout)
-    assert (proc.returncode != 0) == bool(result.get("failed")), proc.stderr
-    return result
+    return module_runner.run_module("dflash_drift", tmp_path, args, check_mode=check_mode)[0]
 
 
 def test_a_fresh_host_would_change_and_nothing_is_written(tiny, tmp_path):

@@ -6,17 +6,14 @@ from __future__ import annotations
 
 import ast
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any, Dict
 
 import pytest
+from ansible_collections.vllm_ops.dflash.tests.helpers import module_runner
 
 ROOT = Path(__file__).resolve().parents[4]
 DRAFTERS = ROOT / "tests" / "unit" / "fixtures" / "drafters"
-MODULE = "ansible_collections.vllm_ops.dflash.plugins.modules.dflash_preflight"
 PROBES_026 = {
     "dflash_aux_layer_offset": True,
     "dflash_aux_layer_offset_v2": True,
@@ -30,14 +27,7 @@ FACTS_0201 = {"version": "0.20.1", "probes": {name: False for name in PROBES_026
 
 
 def run_module(tmp_path: Path, **args: Any) -> Dict[str, Any]:
-    args_file = tmp_path / "args.json"
-    args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
-    env = dict(os.environ, PYTHONPATH=str(ROOT / ".cache" / "ac"))
-    proc = subprocess.run(
-        [sys.executable, "-m", MODULE, str(args_file)], capture_output=True, text=True, env=env, timeout=60, check=False
-    )
-    assert proc.stdout, proc.stderr
-    result: Dict[str, Any] = json.loads(proc.stdout)
+    result, proc = module_runner.run_module("dflash_preflight", tmp_path, args, timeout=60)
     result["rc"] = proc.returncode
     return result
 

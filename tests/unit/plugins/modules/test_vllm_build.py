@@ -6,16 +6,14 @@ import base64
 import hashlib
 import json
 import os
-import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
 import pytest
+from ansible_collections.vllm_ops.dflash.tests.helpers import module_runner
 from ansible_collections.vllm_ops.dflash.tests.helpers.tiny_repo import installed_version, make_tiny_repo
 
-COLLECTIONS = Path(__file__).resolve().parents[4] / ".cache" / "ac"
-MODULE = "ansible_collections.vllm_ops.dflash.plugins.modules.vllm_build"
 RETURNS = {"commit", "requested_ref", "release", "release_name", "built", "wheel", "wheel_sha256", "log_path"}
 RETURNS |= {"duration", "inputs_hash", "changed", "precompiled", "precompiled_reason", "max_jobs", "stage_seconds"}
 RETURNS |= {"status_path"}
@@ -28,18 +26,8 @@ def tiny(tmp_path_factory):
 
 
 def run_module(tmp_path: Path, check_mode: bool = False, **args) -> dict:
-    args_file = tmp_path / "args.json"
-    args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {**args, "_ansible_check_mode": check_mode}}))
-    env = dict(os.environ, PYTHONPATH=str(COLLECTIONS))
-    proc = subprocess.run(
-        [sys.executable, "-m", MODULE, str(args_file)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
-    return {**json.loads(proc.stdout), "_stdout": proc.stdout}
+    result, proc = module_runner.run_module("vllm_build", tmp_path, args, check_mode=check_mode)
+    return {**result, "_stdout": proc.stdout}
 
 
 def make_wheel(directory: Path, version: str) -> Path:

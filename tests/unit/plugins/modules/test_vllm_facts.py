@@ -5,16 +5,13 @@
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from ansible_collections.vllm_ops.dflash.tests.helpers import module_runner
 
 TESTS = Path(__file__).resolve().parents[1]
-COLLECTIONS = TESTS.parents[2] / ".cache" / "ac"
 # The fake vllm venv builders live with the core's tests.
 _spec = importlib.util.spec_from_file_location("facts_helpers", TESTS / "module_utils" / "test_facts.py")
 assert _spec is not None and _spec.loader is not None
@@ -23,20 +20,7 @@ _spec.loader.exec_module(helpers)
 
 
 def run_module(tmp_path, check_mode=False, **args):
-    args["_ansible_check_mode"] = check_mode
-    args_file = tmp_path / "args.json"
-    args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
-    completed = subprocess.run(
-        [sys.executable, "-m", "ansible_collections.vllm_ops.dflash.plugins.modules.vllm_facts", str(args_file)],
-        capture_output=True,
-        text=True,
-        env=dict(os.environ, PYTHONPATH=str(COLLECTIONS)),
-        timeout=120,
-        check=False,
-    )
-    result = json.loads(completed.stdout)
-    assert (completed.returncode != 0) == bool(result.get("failed")), completed.stderr
-    return result
+    return module_runner.run_module("vllm_facts", tmp_path, args, check_mode=check_mode)[0]
 
 
 @pytest.fixture(scope="module")

@@ -6,33 +6,16 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from ansible_collections.vllm_ops.dflash.tests.helpers import module_runner
 
-COLLECTIONS = Path(__file__).resolve().parents[4] / ".cache" / "ac"
 COMMIT_A = "a" * 40
 COMMIT_B = "b" * 40
 
 
 def run_module(tmp_path, check_mode=False, diff=False, **args):
-    args.update({"_ansible_check_mode": check_mode, "_ansible_diff": diff})
-    args_file = tmp_path / "args.json"
-    args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
-    env = dict(os.environ, PYTHONPATH=str(COLLECTIONS))
-    completed = subprocess.run(
-        [sys.executable, "-m", "ansible_collections.vllm_ops.dflash.plugins.modules.vllm_release", str(args_file)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
-    )
-    result = json.loads(completed.stdout)
-    assert (completed.returncode != 0) == bool(result.get("failed")), completed.stderr
-    return result
+    return module_runner.run_module("vllm_release", tmp_path, args, check_mode=check_mode, diff=diff, timeout=60)[0]
 
 
 @pytest.fixture

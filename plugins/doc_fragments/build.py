@@ -103,9 +103,10 @@ options:
       - The decision (not its environment) is a build input - a precompiled release of a commit is not the full build
         of it. The decision and its reason are returned (RV(precompiled), RV(precompiled_reason)) and written to
         the build log and C(manifest.json).
-      - With O(wheel), pass how that wheel was built - V(always) or V(never), the building host's RV(precompiled) -
-        so that the release gets the building host's name without fetching the repository here. V(auto) decides as a
-        build here would, which needs the mirror and may differ from the building host.
+      - With O(wheel) and V(auto), pass the building host's decision as O(wheel_precompiled) so that the release
+        gets the building host's name without fetching the repository here (V(always) or V(never) name it too).
+        V(auto) without O(wheel_precompiled) decides as a build here would, which needs the mirror and may differ
+        from the building host.
     type: str
     choices: [auto, always, never]
     default: auto
@@ -124,4 +125,11 @@ options:
         C(https://wheels.vllm.ai/{merge_base}/vllm-1.0.0.dev-cp38-abi3-manylinux1_x86_64.whl).
       - Not a build input (a host-local path); the decision is.
     type: str
+  wheel_precompiled:
+    description:
+      - With O(wheel) and O(precompiled=auto) - whether the host that built the wheel took the precompiled path
+        (its RV(vllm_ops.dflash.vllm_build#module:precompiled)). The release is named and recorded as that
+        host's C(auto) decision, so a later C(auto) lookup here (a re-run, M(vllm_ops.dflash.dflash_drift))
+        accepts it. Ignored without O(wheel) or with V(always) / V(never).
+    type: bool
 """

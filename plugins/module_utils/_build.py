@@ -117,6 +117,7 @@ class BuildOptions:
         precompiled: str = "auto",
         precompiled_base: str = "main",
         precompiled_wheel: Optional[str] = None,
+        wheel_precompiled: Optional[bool] = None,
         run_id: Optional[str] = None,
     ) -> None:
         self.repo = repo
@@ -135,6 +136,7 @@ class BuildOptions:
         self.precompiled = precompiled
         self.precompiled_base = precompiled_base
         self.precompiled_wheel = precompiled_wheel or None
+        self.wheel_precompiled = wheel_precompiled
         self.run_id = run_id
 
 
@@ -155,6 +157,7 @@ BUILD_ARGUMENT_SPEC: Dict[str, Dict[str, Any]] = {
     "precompiled": {"type": "str", "choices": list(MODES), "default": "auto"},
     "precompiled_base": {"type": "str", "default": "main"},
     "precompiled_wheel": {"type": "str"},
+    "wheel_precompiled": {"type": "bool"},
 }
 
 
@@ -573,8 +576,22 @@ def _decide(
     return decide(opts.precompiled, opts.precompiled_wheel, commit, mirror, base_commit, label, candidates)
 
 
+def _wheel_decision(opts: BuildOptions) -> Optional[Decision]:
+    """auto with a wheel built elsewhere: the building host's decision, taken as made (no repository needed).
+
+    The release then carries mode `auto`, so a later auto lookup on this host accepts it as its own.
+    """
+    if not (opts.wheel and opts.precompiled == "auto" and opts.wheel_precompiled is not None):
+        return None
+    how = "the precompiled path" if opts.wheel_precompiled else "a full build"
+    return Decision(opts.wheel_precompiled, "auto", f"precompiled: auto, decided where the wheel was built ({how})")
+
+
 def _predict_decision(opts: BuildOptions, repo: str, mirror: str, commit: str, inputs: Mapping[str, Any]) -> Decision:
     """The decision in check mode: from the mirror as it is (read only), when it holds what is needed."""
+    taken = _wheel_decision(opts)
+    if taken is not None:
+        return taken
     if not needs_git(opts.precompiled, opts.precompiled_wheel):
         return decide(opts.precompiled, opts.precompiled_wheel)
     base_url, base_ref = parse_base(opts.precompiled_base)
@@ -605,6 +622,8 @@ def _existing(opts: BuildOptions, commit: str, inputs: Mapping[str, Any]) -> Opt
     with `always` may hold compiled modules that do not match the commit's sources.
     """
     choices = {"never": [False], "always": [True]}.get(opts.precompiled, [False, True])
+    if _wheel_decision(opts) is not None:  # the wheel's own variant, not an earlier build of the other
+        choices = [bool(opts.wheel_precompiled)]
     for use in choices:
         digest, name = _named(commit, inputs, use)
         manifest = read_json(os.path.join(opts.root, "releases", name, "manifest.json"), None)
@@ -905,11 +924,12 @@ def _plan(
     Returns a _Plan, or the result dict when the decided release turns out to exist already.
     """
     commit = resolution.commit or ""
-    decision = None
+    decision = _wheel_decision(opts)
     need_source = not opts.wheel
     name = None
-    if not needs_git(opts.precompiled, opts.precompiled_wheel):
+    if decision is None and not needs_git(opts.precompiled, opts.precompiled_wheel):
         decision = decide(opts.precompiled, opts.precompiled_wheel)
+    if decision is not None:
         name = _named(commit, inputs, decision.use)[1]
         need_source = need_source and _single_wheel(os.path.join(opts.root, "wheels", name)) is None
     log = None

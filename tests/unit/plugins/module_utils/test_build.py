@@ -311,6 +311,27 @@ def test_wheel_option_installs_without_building(tiny, fleet, pip_args, tmp_path)
     assert not (root / "src").exists()  # nothing fetched
 
 
+@pytest.mark.parametrize("used", [True, False], ids=["builder-precompiled", "builder-full"])
+def test_a_wheel_under_auto_takes_the_builders_decision_and_a_later_lookup_accepts_it(
+    tiny, fleet, pip_args, tmp_path, used
+):
+    """The fleet's wheel hosts: auto with the building host's decision names the release as that host did,
+    fetches nothing, and records an auto decision, so the deploy's next look (auto, no wheel) finds it."""
+    built = fleet[1]["main"]
+    root = tmp_path / "wheel-host"
+    variant = "always" if used else "never"
+    expected = build(options(tiny, tmp_path / "empty", "main", pip_args, precompiled=variant), check_mode=True)
+    result = build(options(tiny, root, "main", pip_args, wheel=built["wheel"], wheel_precompiled=used))
+    assert (result["changed"], result["built"], result["precompiled"]) == (True, False, used)
+    assert result["release_name"] == expected["release_name"]
+    manifest = json.loads(Path(result["release"], "manifest.json").read_text())
+    assert manifest["precompiled_details"]["mode"] == "auto"
+    assert "decided where the wheel was built" in manifest["precompiled_reason"]
+    assert not (root / "src").exists()  # nothing fetched
+    again = build(options(tiny, root, "main", pip_args), check_mode=True)
+    assert (again["changed"], again["release_name"]) == (False, result["release_name"])
+
+
 def test_uv_installer_builds_the_same_commit_as_its_own_release(tiny, fleet, pip_args, monkeypatch):
     uv_dir = uv_bin_dir()
     if uv_dir is None:

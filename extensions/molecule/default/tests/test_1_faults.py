@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from deploy_helper import deploy, release_state, run_playbook, service_pid
 
@@ -101,6 +103,18 @@ def test_low_acceptance_rolls_back(host, serving):
     failed = {name for name, r in state["releases"].items() if r["status"] == "failed"}
     assert any(name != serving["current"] for name in failed)
     assert host.file("/etc/vllm/default.yaml").contains("synthetic_acceptance_length: 4.0")
+
+
+def test_a_first_deploy_that_fails_its_gate_leaves_its_service_stopped_and_disabled(host, serving):
+    # A second instance with its own root: nothing served there before, so there is nothing to roll back to.
+    first = {"vllm_root": "/opt/vllm-first", "vllm_instance": "first", "vllm_port": 8001}
+    proc = deploy({**first, "vllm_speculative_config": {**SPEC, "synthetic_acceptance_length": 1.2}})
+    _assert_failed(proc, "1.2", "no previous release: the service is stopped and disabled")
+    assert host.run("systemctl is-active vllm-first.service").stdout.strip() != "active"
+    assert host.run("systemctl is-enabled vllm-first.service").stdout.strip() == "disabled"
+    state = json.loads(host.file("/opt/vllm-first/state.json").content_string)
+    assert [r["status"] for r in state["releases"].values()] == ["failed"]
+    assert service_pid(host) == serving["pid"], "the other instance was touched"
 
 
 def test_server_that_exits_at_start_rolls_back(host, serving):

@@ -101,7 +101,8 @@ options:
       - V(always) - the precompiled path without checking the diff; without O(precompiled_wheel), vLLM looks the
         base wheel up itself (network). V(never) - always compile.
       - The decision (not its environment) is a build input - a precompiled release of a commit is not the full build
-        of it. The decision and its reason are returned (RV(precompiled), RV(precompiled_reason)) and written to
+        of it. The decision and its reason are returned (RV(vllm_ops.dflash.vllm_build#module:precompiled),
+        RV(vllm_ops.dflash.vllm_build#module:precompiled_reason)) and written to
         the build log and C(manifest.json).
       - With O(wheel) and V(auto), pass the building host's decision as O(wheel_precompiled) so that the release
         gets the building host's name without fetching the repository here (V(always) or V(never) name it too).
@@ -115,7 +116,8 @@ options:
       - The upstream branch the ref came from, for O(precompiled=auto) - a branch, tag or C(refs/...) of O(repo), or
         C(<url>#<ref>) for a separate upstream (a fork built from its own repository, compared with
         C(https://github.com/vllm-project/vllm.git#main)); that ref is fetched into the mirror.
-      - If it cannot be fetched, O(precompiled=auto) builds in full and says why in RV(precompiled_reason).
+      - If it cannot be fetched, O(precompiled=auto) builds in full and says why in
+        RV(vllm_ops.dflash.vllm_build#module:precompiled_reason).
     type: str
     default: main
   precompiled_wheel:

@@ -39,9 +39,10 @@ description:
     takes the build's process group down too.
   - One build or release swap at a time per host, through the lock O(root)C(/.lock).
   - It never changes O(root)C(/current); activate a release with M(vllm_ops.dflash.vllm_release).
-  - After a successful build it prunes with the rule of M(vllm_ops.dflash.vllm_release)'s O(action=prune) -
-    releases beyond the O(keep_releases) newest are deleted, never the current or previous one, the release a
-    rollback would go to, or the release just made; failed releases take no place of O(keep_releases).
+  - After a successful build it prunes with the rule of
+    O(vllm_ops.dflash.vllm_release#module:action=prune) - releases beyond the O(keep_releases) newest are
+    deleted, never the current or previous one, the release a rollback would go to, or the release just
+    made; failed releases take no place of O(keep_releases).
 version_added: 0.1.0
 author: vllm_ops maintainers (@vllm-ops)
 extends_documentation_fragment:

@@ -37,7 +37,7 @@ def test_a_fresh_host_would_change_and_nothing_is_written(tiny, tmp_path):
 
 
 def test_an_unknown_ref_fails_like_the_deploy_would(tiny, tmp_path):
-    repo, _ = tiny
+    repo = tiny[0]
     result = run_module(tmp_path, repo=str(repo), ref="no-such-branch", root=str(tmp_path / "root"))
     assert result["failed"] is True
     assert "no-such-branch" in result["msg"]
@@ -51,7 +51,7 @@ def test_a_token_in_the_repo_url_is_never_returned(tmp_path):
 
 
 def test_bad_file_expectations_are_refused_with_the_fix(tiny, tmp_path):
-    repo, _ = tiny
+    repo = tiny[0]
     files = [{"path": "relative/default.yaml", "sha256": "0" * 64}]
     result = run_module(tmp_path, repo=str(repo), ref="main", root=str(tmp_path / "root"), files=files)
     assert result["failed"] is True

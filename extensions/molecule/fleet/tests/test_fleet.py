@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import testinfra
+from deploy_helper import deploy
 
 HOSTS = {name: testinfra.get_host(f"podman://{name}") for name in ("gpu1", "gpu2")}
 
@@ -43,3 +44,24 @@ def test_both_serve_and_passed_the_gate():
         assert host.run("curl -sf http://127.0.0.1:8000/health").rc == 0
         report = json.loads(host.file("/var/lib/vllm-gate/default.json").content_string)
         assert report["passed"] is True
+
+
+def _pid(host) -> int:
+    return int(host.check_output("systemctl show -p MainPID --value vllm-default.service"))
+
+
+def test_a_host_that_lost_its_release_gets_the_wheel_of_a_host_that_holds_it():
+    gpu1, gpu2 = HOSTS["gpu1"], HOSTS["gpu2"]
+    release, pid = _manifest(gpu1)["name"], _pid(gpu1)
+    logs = gpu1.check_output("ls /opt/vllm/logs")
+    # gpu2 as a freshly added host: nothing under /opt/vllm, no service
+    gpu2.run("systemctl disable --now vllm-default.service && rm -rf /opt/vllm")
+    proc = deploy()
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert _manifest(gpu2)["name"] == release and _manifest(gpu2)["source"] == "wheel"
+    assert gpu2.run("curl -sf http://127.0.0.1:8000/health").rc == 0
+    # the build play looked the release up on gpu1, which holds it: nothing built, gpu1 left alone
+    assert gpu1.check_output("ls /opt/vllm/logs") == logs, "a build ran on gpu1"
+    assert _pid(gpu1) == pid, "gpu1 was restarted"
+    again = deploy()
+    assert again.stdout.count("nothing would change") == 2, again.stdout[-3000:]

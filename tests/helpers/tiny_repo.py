@@ -73,7 +73,7 @@ def git(cwd: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout.strip()
 
 
-def _commit(repo: Path, message: str, files: Dict[str, str]) -> str:
+def commit_files(repo: Path, message: str, files: Dict[str, str]) -> str:
     for rel, text in files.items():
         path = repo / rel
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -88,7 +88,7 @@ def make_tiny_repo(path: Path) -> Dict[str, str]:
     path.mkdir(parents=True)
     git(path, "init", "-q", "-b", "main")
     shas = {}
-    shas["c1"] = _commit(
+    shas["c1"] = commit_files(
         path,
         "c1",
         {
@@ -98,17 +98,17 @@ def make_tiny_repo(path: Path) -> Dict[str, str]:
         },
     )
     git(path, "tag", "-a", "v1.0.0", "-m", "release 1.0.0")
-    shas["c2"] = _commit(path, "c2", {"tinypkg/__init__.py": "STEP = 2\n"})
-    shas["c3"] = _commit(path, "c3", {"tinypkg/__init__.py": "STEP = 3\n"})
+    shas["c2"] = commit_files(path, "c2", {"tinypkg/__init__.py": "STEP = 2\n"})
+    shas["c3"] = commit_files(path, "c3", {"tinypkg/__init__.py": "STEP = 3\n"})
     git(path, "branch", "bump")
     git(path, "checkout", "-q", "-b", "pr", shas["c2"])
-    shas["p1"] = _commit(path, "p1", {"tinypkg/__init__.py": "STEP = 'pr'\n"})
+    shas["p1"] = commit_files(path, "p1", {"tinypkg/__init__.py": "STEP = 'pr'\n"})
     git(path, "update-ref", "refs/pull/1/head", shas["p1"])
     git(path, "checkout", "-q", "-b", "slow", shas["c1"])
     os.unlink(path / "pyproject.toml")
-    shas["slow"] = _commit(path, "slow", {"setup.py": SLOW_SETUP})
+    shas["slow"] = commit_files(path, "slow", {"setup.py": SLOW_SETUP})
     git(path, "checkout", "-q", "-b", "broken", shas["c3"])
-    shas["broken"] = _commit(path, "broken", {"setup.py": BROKEN_SETUP})
+    shas["broken"] = commit_files(path, "broken", {"setup.py": BROKEN_SETUP})
     git(path, "checkout", "-q", "main")
     git(path, "branch", "-q", "-D", "pr")
     return shas
@@ -118,7 +118,7 @@ def add_commit(repo: Path, branch: str, label: str) -> str:
     """One more commit on `branch` (a "branch bump"); returns its sha."""
     git(repo, "checkout", "-q", branch)
     try:
-        return _commit(repo, label, {"tinypkg/__init__.py": f"STEP = {label!r}\n"})
+        return commit_files(repo, label, {"tinypkg/__init__.py": f"STEP = {label!r}\n"})
     finally:
         git(repo, "checkout", "-q", "main")
 

@@ -17,7 +17,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._precompiled impor
     local_base_wheels,
     parse_base,
 )
-from ansible_collections.vllm_ops.dflash.tests.helpers.tiny_repo import git
+from ansible_collections.vllm_ops.dflash.tests.helpers.tiny_repo import commit_files, git
 
 INPUTS = {"python": "/usr/bin/python3", "python_version": "3.11.2", "build_env": {}, "torch": None}
 # branch -> (files written on top of main, whether a compiled source changed)
@@ -33,16 +33,6 @@ BRANCHES = {
 }
 
 
-def _commit(repo: Path, message: str, files: dict) -> str:
-    for rel, text in files.items():
-        path = repo / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", message)
-    return git(repo, "rev-parse", "HEAD")
-
-
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory):
     """main: base -> main2 (main moved on after the branches forked); one branch per row of BRANCHES."""
@@ -51,18 +41,18 @@ def repo(tmp_path_factory):
     git(path, "init", "-q", "-b", "main")
     files = {"vllm/model.py": "x = 1\n", "csrc/ops.cu": "// ops\n", "CMakeLists.txt": "project(x)\n"}
     files.update({"setup.py": "# setup\n", "requirements/cuda.txt": "torch==2.9.0\n", "cmake/utils.cmake": "#\n"})
-    shas = {"base": _commit(path, "base", files)}
+    shas = {"base": commit_files(path, "base", files)}
     for branch, (changes, _compiled) in BRANCHES.items():
         git(path, "checkout", "-q", "-b", branch, shas["base"])
-        shas[branch] = _commit(path, branch, changes)
+        shas[branch] = commit_files(path, branch, changes)
     git(path, "checkout", "-q", "-b", "renamed", shas["base"])
     git(path, "mv", "csrc/ops.cu", "vllm/ops_source.txt")
     git(path, "commit", "-q", "-m", "move a compiled source out of csrc/")
     shas["renamed"] = git(path, "rev-parse", "HEAD")
     git(path, "checkout", "-q", "main")
-    shas["main2"] = _commit(path, "main moves on", {"csrc/ops.cu": "// main changed the kernels\n"})
+    shas["main2"] = commit_files(path, "main moves on", {"csrc/ops.cu": "// main changed the kernels\n"})
     git(path, "checkout", "-q", "--orphan", "unrelated")
-    shas["unrelated"] = _commit(path, "unrelated history", {"README": "other\n"})
+    shas["unrelated"] = commit_files(path, "unrelated history", {"README": "other\n"})
     git(path, "checkout", "-q", "main")
     return path / ".git", shas
 

@@ -5,7 +5,8 @@
 One call answers everything a no-op re-run needs: the release the build options name (vllm_build's own
 lookup: ls-remote, interpreter probe, manifest path), which release serves and whether it passed its gate,
 whether the files the roles would write are byte-for-byte and mode-for-mode what is on disk, whether the
-unit is enabled and the server answers /health. Nothing is written, no lock is taken for long.
+unit is enabled and the server answers /health, and whether a host file the last deploy recorded (the drafter
+config.json its preflight passed) changed since. Nothing is written, no lock is taken for long.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import urllib.request
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build import BuildOptions, build
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import sha256_file
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import read_json, sha256_file
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._releases import ReleaseError, run_action
 
 __all__ = ["DriftError", "FileExpectation", "look"]
@@ -132,12 +133,42 @@ def health(url: str, timeout: float = HEALTH_TIMEOUT) -> Optional[str]:
     return None if code == 200 else f"{url} answered {code}"
 
 
+def recorded_differences(record_path: str) -> List[str]:
+    """Why files recorded in `record_path` ({"files": {path: sha256}}, written by a deploy) changed since.
+
+    No record is no difference: nothing was recorded yet (the next full deploy writes it).
+    """
+    try:
+        record = read_json(record_path, None)
+    except (OSError, ValueError) as exc:
+        return [f"{record_path} cannot be read: {exc}"]
+    if record is None:
+        return []
+    files = record.get("files") if isinstance(record, dict) else None
+    if not isinstance(files, dict):
+        return [f"{record_path} does not hold a files map; the next deploy rewrites it"]
+    reasons = []
+    for path, digest in sorted(files.items()):
+        try:
+            now = sha256_file(path)
+        except FileNotFoundError:
+            reasons.append(f"{path} (recorded in {record_path}) is gone")
+            continue
+        except OSError as exc:
+            reasons.append(f"{path} (recorded in {record_path}) cannot be read: {exc.strerror}")
+            continue
+        if now != digest:
+            reasons.append(f"{path} changed since it was recorded in {record_path}")
+    return reasons
+
+
 def look(
     options: BuildOptions,
     files: Sequence[FileExpectation] = (),
     health_url: Optional[str] = None,
     unit: Optional[str] = None,
     unit_enabled: bool = True,
+    recorded_inputs: Sequence[str] = (),
     good_statuses: Sequence[str] = ("good",),
     lock_timeout: float = 10.0,
 ) -> Dict[str, Any]:
@@ -170,6 +201,8 @@ def look(
         file_results.append({"path": expected.path, "changed": difference is not None, "reason": difference})
         if difference:
             reasons.append(difference)
+    for record_path in recorded_inputs:
+        reasons.extend(recorded_differences(record_path))
     unit_reason = unit_difference(unit, unit_enabled) if unit else None
     if unit_reason:
         reasons.append(unit_reason)

@@ -18,6 +18,8 @@ import json
 import os
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import sha256_file
+
 ERROR = "error"
 WARNING = "warning"
 
@@ -812,7 +814,8 @@ def preflight(
     """Check a speculative config (and, for DFlash, its drafter) against the installed vLLM.
 
     Returns `speculative_config` (normalised: vLLM key spelling, method resolved, DFlash K defaulted),
-    `findings` (list of {level, field, message}), `error_count`, `warning_count` and `drafter_config_path`.
+    `findings` (list of {level, field, message}), `error_count`, `warning_count`, `drafter_config_path` and
+    `drafter_config_sha256`.
     """
     if not isinstance(speculative_config, Mapping):
         raise PreflightError(
@@ -863,4 +866,6 @@ def preflight(
         "error_count": errors,
         "warning_count": len(check.findings) - errors,
         "drafter_config_path": drafter_path,
+        # What the verdict was given on: the deploy records it, and its look sees an in-place change.
+        "drafter_config_sha256": sha256_file(drafter_path) if drafter_path else None,
     }

@@ -15,6 +15,7 @@ description:
     O(good_statuses) (the gate marks a release C(good)).
   - The files - every item of O(files) (what a role would template, rendered and hashed on the controller) must
     be on disk with that sha256, and with that mode, owner and group where given.
+  - The inputs - every file recorded in O(recorded_inputs) must be unchanged.
   - The service - O(unit) must be enabled (or not, as O(unit_enabled) says) and O(health_url) must answer 200.
   - RV(unchanged) is V(true) only when all of it holds; RV(reasons) says what differs. The module never reports
     C(changed).
@@ -53,6 +54,16 @@ options:
       group:
         description: Group the deploy would set.
         type: str
+  recorded_inputs:
+    description:
+      - JSON records a deploy wrote on the host, each an object whose C(files) maps a path to its sha256 - for
+        example the drafter C(config.json) that M(vllm_ops.dflash.dflash_preflight) passed, recorded by the
+        C(dflash_config) role.
+        A recorded file whose sha256 differs now (a drafter changed in place) is a difference; a record that
+        does not exist is not (nothing was recorded yet).
+    type: list
+    elements: path
+    default: []
   health_url:
     description: A URL that must answer 200, for example the server's C(/health). Not checked when empty.
     type: str
@@ -178,6 +189,7 @@ def main() -> None:
                 },
             },
             "health_url": {"type": "str"},
+            "recorded_inputs": {"type": "list", "elements": "path", "default": []},
             "unit": {"type": "str"},
             "unit_enabled": {"type": "bool", "default": True},
             "good_statuses": {"type": "list", "elements": "str", "default": ["good"]},
@@ -195,6 +207,7 @@ def main() -> None:
             health_url=params["health_url"] or None,
             unit=params["unit"] or None,
             unit_enabled=params["unit_enabled"],
+            recorded_inputs=params["recorded_inputs"],
             good_statuses=params["good_statuses"],
             lock_timeout=params["lock_timeout"],
         )

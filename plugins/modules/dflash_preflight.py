@@ -160,6 +160,13 @@ drafter_config_path:
   returned: always
   type: str
   sample: /var/lib/vllm/.cache/huggingface/hub/models--z-lab--Qwen3.6-27B-DFlash/snapshots/0123abcd/config.json
+drafter_config_sha256:
+  description:
+    - sha256 of that C(config.json); null when none was read. The C(dflash_config) role records it, so that the
+      deploy's look (M(vllm_ops.dflash.dflash_drift) O(vllm_ops.dflash.dflash_drift#module:recorded_inputs)) sees
+      a drafter changed in place.
+  returned: always
+  type: str
 """
 
 from ansible.module_utils.basic import AnsibleModule

@@ -110,3 +110,17 @@ def test_a_file_edited_by_hand_is_seen_and_put_back(host):
     assert "edited by hand" not in host.file("/etc/vllm/default.yaml").content_string
     assert service_pid(host) != pid, "the restored config was not loaded"
     assert "nothing would change" in deploy().stdout
+
+
+def test_a_drafter_config_changed_in_place_is_judged_and_loaded(host):
+    drafter = "/srv/models/tiny-dflash/config.json"
+    record = json.loads(host.file("/etc/vllm/default.drafter.json").content_string)
+    assert list(record["files"]) == [drafter]
+    pid = service_pid(host)
+    # same meaning, other bytes: what a re-downloaded drafter looks like to the deploy
+    host.run(f"python3 -c \"import json; p='{drafter}'; c=json.load(open(p)); json.dump(c, open(p, 'w'), indent=3)\"")
+    proc = deploy()
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert f"{drafter} changed since it was recorded" in proc.stdout
+    assert service_pid(host) != pid, "the new drafter was not loaded"
+    assert "nothing would change" in deploy().stdout

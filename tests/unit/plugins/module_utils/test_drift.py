@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import http.server
+import json
 import os
 import shutil
 import subprocess
@@ -14,7 +15,12 @@ from pathlib import Path
 
 import pytest
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build import BuildOptions, build
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._drift import DriftError, FileExpectation, look
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._drift import (
+    DriftError,
+    FileExpectation,
+    look,
+    recorded_differences,
+)
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._lock import host_lock
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._releases import run_action
 from ansible_collections.vllm_ops.dflash.tests.helpers.tiny_repo import add_commit, make_tiny_repo, wheelhouse
@@ -214,3 +220,26 @@ def test_a_held_lock_counts_as_changed_instead_of_waiting(deployed):
 def test_bad_file_expectations_are_refused(item, needle):
     with pytest.raises(DriftError, match=needle):
         FileExpectation.from_dict(item)
+
+
+def test_a_recorded_input_changed_in_place_is_a_reason(deployed, tmp_path):
+    drafter = tmp_path / "drafter-config.json"
+    drafter.write_text('{"architectures": ["DFlashDraftModel"]}')
+    record = tmp_path / "default.drafter.json"
+    digest = hashlib.sha256(drafter.read_bytes()).hexdigest()
+    record.write_text(json.dumps({"files": {str(drafter): digest}}))
+    assert _look(deployed, recorded_inputs=[str(record)])["unchanged"] is True
+    drafter.write_text('{"architectures": ["DFlashDraftModel"], "layer_types": ["sliding_attention"]}')
+    result = _look(deployed, recorded_inputs=[str(record)])
+    assert result["reasons"] == [f"{drafter} changed since it was recorded in {record}"]
+
+
+def test_records(tmp_path):
+    record = tmp_path / "record.json"
+    assert recorded_differences(str(record)) == []  # nothing recorded yet: no difference
+    record.write_text(json.dumps({"files": {str(tmp_path / "gone.json"): "0" * 64}}))
+    assert recorded_differences(str(record)) == [f"{tmp_path / 'gone.json'} (recorded in {record}) is gone"]
+    record.write_text("{not json")
+    assert "cannot be read" in recorded_differences(str(record))[0]
+    record.write_text("[]")
+    assert "does not hold a files map" in recorded_differences(str(record))[0]

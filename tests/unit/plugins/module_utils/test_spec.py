@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import hashlib
 import json
 import re
 from pathlib import Path
@@ -722,6 +723,10 @@ def test_drafter_found_through_a_local_model_dir(tmp_path: Path) -> None:
     assert result["findings"] == []
     assert result["drafter_config_path"] == str(tmp_path / "Qwen3.6-27B-DFlash" / "config.json")
     assert result["speculative_config"]["num_speculative_tokens"] == 15
+    # what the verdict was given on, and none where no file was read
+    config = tmp_path / "Qwen3.6-27B-DFlash" / "config.json"
+    assert result["drafter_config_sha256"] == hashlib.sha256(config.read_bytes()).hexdigest()
+    assert preflight({"method": "ngram"}, vllm_facts=facts())["drafter_config_sha256"] is None
 
 
 def test_drafter_found_in_a_cache_with_the_spec_revision(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 from pathlib import Path
 from typing import Any, Dict
@@ -48,6 +49,7 @@ def test_real_drafter_passes_and_gets_its_default_k(tmp_path: Path) -> None:
     }
     assert (result["findings"], result["error_count"], result["warning_count"]) == ([], 0, 0)
     assert result["drafter_config_path"] == str(DRAFTERS / "tiny_dflash.json")
+    assert result["drafter_config_sha256"] == hashlib.sha256((DRAFTERS / "tiny_dflash.json").read_bytes()).hexdigest()
 
 
 def test_seed_deployment_fails_with_both_bugs_in_msg(tmp_path: Path) -> None:

@@ -55,6 +55,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._precompiled impor
     MODES,
     Decision,
     PrecompiledError,
+    compiled_from_its_sources,
     decide,
     local_base_wheels,
     needs_git,
@@ -163,8 +164,6 @@ BUILD_ARGUMENT_SPEC: Dict[str, Dict[str, Any]] = {
 
 def build_options(params: Mapping[str, Any], **extra: Any) -> BuildOptions:
     """BuildOptions from a module's validated BUILD_ARGUMENT_SPEC parameters (plus `extra` keywords)."""
-    if params["build_timeout"] <= 0:
-        raise BuildError(f"build_timeout must be a positive number of seconds, got {params['build_timeout']}")
     return BuildOptions(**{name: params[name] for name in BUILD_ARGUMENT_SPEC}, **extra)
 
 
@@ -544,7 +543,7 @@ def _same_repo(base_url: Optional[str], repo: str) -> bool:
 def _fetch_base(repo: str, mirror: str, base: str, deadline: Deadline, log: str) -> str:
     """The commit of `precompiled_base` in the mirror, fetching it from its repository when needed."""
     base_url, base_ref = parse_base(base)
-    if base_url is None or normalize_repo(base_url) == repo:
+    if base_url is None or normalize_repo(base_url) == repo:  # _same_repo, spelled out for the type checker
         sha = rev_parse(mirror, base_ref)  # ensure_mirror fetched every branch and tag
         if sha is None and (base_ref.startswith("refs/") or is_full_sha(base_ref)):
             ensure_mirror(repo, mirror, deadline.remaining(), log, [base_ref])
@@ -564,14 +563,20 @@ def _fetch_base(repo: str, mirror: str, base: str, deadline: Deadline, log: str)
 def _decide(
     opts: BuildOptions, repo: str, mirror: str, commit: str, inputs: Mapping[str, Any], deadline: Deadline, log: str
 ) -> Decision:
-    base_url, base_ref = parse_base(opts.precompiled_base)
-    label = _base_label(base_url, base_ref)
+    label = _base_label(*parse_base(opts.precompiled_base))
     try:
         base_commit = _fetch_base(repo, mirror, opts.precompiled_base, deadline, log)
     except (GitError, PrecompiledError) as exc:
         if opts.precompiled != "auto":
             raise
         return Decision(False, opts.precompiled, f"precompiled_base {label} is unusable ({exc}): full build")
+    return _decide_against(opts, mirror, commit, base_commit, label, inputs)
+
+
+def _decide_against(
+    opts: BuildOptions, mirror: str, commit: str, base_commit: str, label: str, inputs: Mapping[str, Any]
+) -> Decision:
+    """The decision once the mirror holds the commit and the base (a build's, or check mode's prediction)."""
     candidates = local_base_wheels(opts.root, inputs)
     return decide(opts.precompiled, opts.precompiled_wheel, commit, mirror, base_commit, label, candidates)
 
@@ -605,8 +610,7 @@ def _predict_decision(opts: BuildOptions, repo: str, mirror: str, commit: str, i
             "(the release name assumes a full build)"
         )
         return Decision(False, opts.precompiled, reason, decided=False)
-    candidates = local_base_wheels(opts.root, inputs)
-    return decide(opts.precompiled, opts.precompiled_wheel, commit, mirror, base_commit, label, candidates)
+    return _decide_against(opts, mirror, commit, base_commit, label, inputs)
 
 
 def _named(commit: str, inputs: Mapping[str, Any], use_precompiled: bool) -> Tuple[str, str]:
@@ -629,7 +633,7 @@ def _existing(opts: BuildOptions, commit: str, inputs: Mapping[str, Any]) -> Opt
         manifest = read_json(os.path.join(opts.root, "releases", name, "manifest.json"), None)
         if manifest is None:
             continue
-        if use and opts.precompiled == "auto" and (manifest.get("precompiled_details") or {}).get("mode") != "auto":
+        if opts.precompiled == "auto" and not compiled_from_its_sources(manifest):
             continue
         return name, digest, manifest
     return None
@@ -801,6 +805,8 @@ def _check_expected(opts: BuildOptions, commit: Optional[str], repo: str) -> Non
 
 
 def _validate(opts: BuildOptions) -> None:
+    if opts.build_timeout <= 0:
+        raise BuildError(f"build_timeout must be a positive number of seconds, got {opts.build_timeout:g}")
     if opts.wheel and not (opts.wheel.endswith(".whl") and os.path.isfile(opts.wheel)):
         raise BuildError(f"wheel {opts.wheel!r} is not a .whl file on this host; give the path of a wheel")
     if opts.precompiled not in MODES:

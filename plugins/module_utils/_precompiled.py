@@ -29,6 +29,7 @@ __all__ = [
     "PrecompiledError",
     "compile_inputs",
     "compiled_changes",
+    "compiled_from_its_sources",
     "decide",
     "local_base_wheels",
     "needs_git",
@@ -148,6 +149,12 @@ def compile_inputs(inputs: Mapping[str, Any]) -> Dict[str, Any]:
     return {key: value for key, value in inputs.items() if key != "precompiled"}
 
 
+def compiled_from_its_sources(manifest: Mapping[str, Any]) -> bool:
+    """Whether a release's compiled modules match its own commit: a full build, or a precompiled one that
+    `auto` decided from the diff. One forced with `always` was never checked against its sources."""
+    return not manifest.get("precompiled") or (manifest.get("precompiled_details") or {}).get("mode") == "auto"
+
+
 def local_base_wheels(root: str, inputs: Mapping[str, Any]) -> List[BaseWheel]:
     """Wheels of complete releases under `root` built with the same compile inputs, newest first.
 
@@ -169,9 +176,12 @@ def local_base_wheels(root: str, inputs: Mapping[str, Any]) -> List[BaseWheel]:
             continue
         wheel = (manifest.get("wheel") or {}).get("path") or ""
         commit = manifest.get("commit") or ""
-        # A forced (`always`) build's compiled modules were never checked against its sources: it lends nothing.
-        trusted = not manifest.get("precompiled") or (manifest.get("precompiled_details") or {}).get("mode") == "auto"
-        if trusted and compile_inputs(manifest["inputs"]) == wanted and commit and os.path.isfile(wheel):
+        if (
+            compiled_from_its_sources(manifest)
+            and compile_inputs(manifest["inputs"]) == wanted
+            and commit
+            and os.path.isfile(wheel)
+        ):
             found.append(BaseWheel(name, commit, wheel, str(manifest.get("built_at") or "")))
     return sorted(found, key=lambda base: (base.built_at, base.release), reverse=True)
 

@@ -366,16 +366,9 @@ class _Session:
         # last good release out), and failed releases use up no place of `keep`.
         with contextlib.suppress(ReleaseError):
             protected.add(self.rollback_target())
-        complete = [
-            name
-            for name in self.ordered_names()
-            if self.exists(name) and self.state["releases"].get(name, {}).get("status") != "failed"
-        ]
-        failed = [
-            name
-            for name in self.ordered_names()
-            if self.exists(name) and self.state["releases"].get(name, {}).get("status") == "failed"
-        ]
+        existing = [name for name in self.ordered_names() if self.exists(name)]
+        failed = [name for name in existing if self.state["releases"].get(name, {}).get("status") == "failed"]
+        complete = [name for name in existing if name not in failed]
         # Under the host lock no build is running, so a directory without a manifest is the debris of
         # an interrupted one.
         debris = sorted(name for name, disk in self.disk.items() if not disk.complete)

@@ -152,7 +152,8 @@ def test_preflight_refuses_a_drafter_that_is_not_dflash(host, serving):
         "python3 -c \"import json; c=json.load(open('/srv/models/tiny-dflash/config.json'));"
         " c['architectures']=['Qwen3ForCausalLM']; json.dump(c, open('/srv/models/not-dflash.json','w'))\""
     )
-    # Same release, config and unit: only the full path (not the unchanged-host shortcut) runs the preflight.
+    # dflash_drafter_config is only what the preflight reads (the drafter the server loads is unchanged, and
+    # so is its record): the look sees nothing to do, so force the full path, which runs the preflight.
     proc = deploy({"dflash_drafter_config": "/srv/models/not-dflash.json", "dflash_skip_unchanged": False})
     _assert_failed(proc, "architectures")
     assert service_pid(host) == serving["pid"]
@@ -161,10 +162,7 @@ def test_preflight_refuses_a_drafter_that_is_not_dflash(host, serving):
 def test_check_mode_changes_nothing(host, serving):
     # every file and link, with size and mtime. Not directories' mtimes (temp files come and go) nor the
     # host lock, which records the pid of its last holder: runtime coordination, not managed state.
-    tree = (
-        "find /opt/vllm /etc/vllm -not -type d -not -name .lock -not -name build-status.json"
-        " -printf '%p %s %T@ %l\\n' | sort | md5sum"
-    )
+    tree = "find /opt/vllm /etc/vllm -not -type d -not -name .lock -printf '%p %s %T@ %l\\n' | sort | md5sum"
     before = host.check_output(tree)
     proc = deploy({"vllm_ref": "dflash-fix"}, "--check")
     assert proc.returncode == 0, proc.stdout[-3000:]

@@ -67,6 +67,8 @@ def captured(version: str) -> Dict[str, Any]:
                 "choices": None,
                 "negatable": True,
             },
+            "--enforce-eager": {"dest": "enforce_eager", "takes_value": False, "choices": None, "negatable": True},
+            "--no-enforce-eager": {"dest": "enforce_eager", "takes_value": False, "choices": None, "negatable": True},
             "--trust-remote-code": {
                 "dest": "trust_remote_code",
                 "takes_value": False,

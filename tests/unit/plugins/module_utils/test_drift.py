@@ -272,7 +272,8 @@ def test_a_normalised_config_written_from_the_same_input_is_unchanged(rendered):
     config, _record, item = rendered
     assert FileExpectation.from_dict(item).difference() is None
     # without the record's word for it, the look cannot tell: other content
-    assert FileExpectation.from_dict(dict(item, input_sha256=None)).difference() == f"{config} has other content"
+    plain = {key: item[key] for key in ("path", "sha256")}
+    assert FileExpectation.from_dict(plain).difference() == f"{config} has other content"
 
 
 def test_the_render_record_does_not_cover_an_edit_or_another_input(rendered):
@@ -290,6 +291,11 @@ def test_the_render_record_does_not_cover_an_edit_or_another_input(rendered):
     assert FileExpectation.from_dict(item).difference() == f"{config} has other content"
 
 
-def test_the_render_record_needs_an_absolute_path():
+def test_the_render_record_needs_an_absolute_path_and_its_input():
+    item = {"path": "/etc/x", "sha256": "0" * 64, "input_sha256": "1" * 64, "input_record": "r"}
     with pytest.raises(DriftError, match=r"input_record .* is not absolute"):
-        FileExpectation.from_dict({"path": "/etc/x", "sha256": "0" * 64, "input_sha256": "1" * 64, "input_record": "r"})
+        FileExpectation.from_dict(item)
+    with pytest.raises(DriftError, match="needs both input_sha256 and input_record"):
+        FileExpectation.from_dict(dict(item, input_record=None))
+    with pytest.raises(DriftError, match="input_sha256 of /etc/x is not 64 hex digits"):
+        FileExpectation.from_dict(dict(item, input_sha256="abc", input_record="/r"))

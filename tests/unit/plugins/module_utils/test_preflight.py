@@ -858,15 +858,18 @@ def test_cores_are_python38_syntax() -> None:
 
 PROBES = yaml.safe_load(PROBES_YML.read_text())
 PROBE_BY_NAME = {probe["name"]: probe for probe in PROBES["vllm_probes"]}
-VERSIONS = ("0.20.1", "0.22.0", "0.25.0", "0.26.0")
-# Which probes match which release (docs/probes.md has the full table, 0.20.1 to 0.26.0).
+VERSIONS = ("0.20.1", "0.22.0", "0.24.0", "0.25.0", "0.26.0", "0.28.0", "0.30.0", "0.33.0")
+SINCE_024 = ("0.24.0", "0.25.0", "0.26.0", "0.28.0", "0.30.0", "0.33.0")
+SINCE_026 = ("0.26.0", "0.28.0", "0.30.0", "0.33.0")
+# Which probes match which release (docs/probes.md has the full table, 0.20.1 to 0.33.0).
 EXPECTED_MATCHES = {
-    "dflash_aux_layer_offset": ("0.22.0", "0.25.0", "0.26.0"),
-    "dflash_aux_layer_offset_v2": ("0.25.0", "0.26.0"),
-    "dflash_v2_runner": ("0.25.0", "0.26.0"),
-    "dflash_sliding_window": ("0.25.0", "0.26.0"),
-    "dflash_mixed_attention_v2": ("0.26.0",),
-    "dflash_mixed_attention_auto_v2": ("0.26.0",),
+    "dflash_aux_layer_offset": ("0.22.0", *SINCE_024),
+    "dflash_aux_layer_offset_v2": SINCE_024,
+    "dflash_v2_runner": SINCE_024,
+    "dflash_sliding_window": SINCE_024[1:],
+    "dflash_mixed_attention_v2": SINCE_026,
+    # 0.26-0.28: V2 forced for such a drafter; 0.29+: V2 is the default and V1 lists it as unsupported
+    "dflash_mixed_attention_auto_v2": SINCE_026,
 }
 
 
@@ -882,11 +885,12 @@ def test_probe_matches_exactly_the_fixed_releases(name: str, version: str) -> No
     assert len(found) == (1 if version in EXPECTED_MATCHES[name] else 0)
 
 
+@pytest.mark.parametrize("version", ["0.26.0", "0.33.0"])
 @pytest.mark.parametrize("name", sorted(EXPECTED_MATCHES))
-def test_probe_survives_rewrapping(name: str) -> None:
+def test_probe_survives_rewrapping(name: str, version: str) -> None:
     """Black/ruff may re-wrap the code: one line, or every token on its own line, still matches."""
     probe = PROBE_BY_NAME[name]
-    text = snippet("0.26.0", probe["path"])
+    text = snippet(version, probe["path"])
     one_line = re.sub(r"\s*\n\s*", " ", text)
     spread = re.sub(r"([(\[,])\s*", "\\1\n        ", text)
     for variant in (one_line, spread, text.replace("    ", "\t")):
@@ -955,3 +959,52 @@ def test_serve_config_without_capabilities_is_not_checked_and_says_so() -> None:
 def test_serve_config_must_be_a_mapping() -> None:
     with pytest.raises(PreflightError, match=r"^serve_config: expected a dict"):
         preflight({}, vllm_facts=facts(), serve_config=["port"])  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- every release, as captured
+
+# The seed's drafter (4 sliding + 1 full layers) with the serve config dflash_config writes, on each release:
+# what its captured capabilities and its probes (run on its sources' excerpts) make of it.
+SEED_VERDICT = {
+    "0.20.1": ["drafter_config.dflash_config.target_layer_ids", "drafter_config.layer_types"],
+    "0.22.0": ["drafter_config.layer_types"],
+    "0.24.0": ["drafter_config.layer_types"],
+    "0.26.0": [],
+    "0.28.0": [],
+    "0.30.0": [],
+    "0.33.0": [],
+}
+SERVE = {
+    "model": "Qwen/Qwen3.6-27B",
+    "host": "127.0.0.1",
+    "port": 8000,
+    "tensor-parallel-size": 2,
+    "served-model-name": "qwen36",
+    "no-enable-prefix-caching": True,
+    "speculative-config": {"method": "dflash", "model": "z-lab/Qwen3.6-27B-DFlash"},
+}
+
+
+def probed(version: str) -> Dict[str, bool]:
+    return {name: bool(re.search(p["pattern"], snippet(version, p["path"]))) for name, p in PROBE_BY_NAME.items()}
+
+
+@pytest.mark.parametrize("version", sorted(SEED_VERDICT))
+def test_the_seed_drafter_on_every_release(version: str) -> None:
+    vllm_facts = {"version": version, "probes": probed(version), "capabilities": capabilities(version)}
+    result = preflight(DFLASH, drafter_config=QWEN36, vllm_facts=vllm_facts, tensor_parallel_size=2, serve_config=SERVE)
+    assert sorted(f["field"] for f in result["findings"] if f["level"] == E) == SEED_VERDICT[version], result
+    assert result["capabilities_used"] == "vllm"
+    assert result["speculative_config"]["num_speculative_tokens"] == 15
+
+
+SOURCES = Path("/work/vllm-src")  # unpacked PyPI wheels (make compat), where present
+
+
+@pytest.mark.skipif(not SOURCES.is_dir(), reason="no unpacked vLLM wheels in /work/vllm-src")
+@pytest.mark.parametrize("version", [v for v in VERSIONS if (SOURCES / v / "vllm").is_dir()])
+def test_probes_on_the_whole_files_of_each_wheel(version: str) -> None:
+    for name, probe in PROBE_BY_NAME.items():
+        path = SOURCES / version / "vllm" / probe["path"]
+        text = path.read_text() if path.is_file() else ""
+        assert len(re.findall(probe["pattern"], text)) == (1 if version in EXPECTED_MATCHES[name] else 0), name

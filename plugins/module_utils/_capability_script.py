@@ -65,8 +65,9 @@ _result_fd = os.dup(1)
 os.dup2(2, 1)
 sys.stdout = sys.stderr
 
-# No network, no telemetry, quiet logs, caches in a directory removed at the end; the default model
-# runner is the one chosen when VLLM_USE_V2_MODEL_RUNNER is unset.
+# No network, no telemetry, quiet logs, caches in a directory removed at the end, no GPU touched (a GPU
+# host may be serving: no CUDA context, and the same answer as a CPU host); the default model runner is
+# the one chosen when VLLM_USE_V2_MODEL_RUNNER is unset.
 _scratch = tempfile.mkdtemp(prefix="vllm-capabilities-")
 os.environ.update({
     "VLLM_LOGGING_LEVEL": "ERROR",
@@ -76,6 +77,7 @@ os.environ.update({
     "VLLM_NO_USAGE_STATS": "1",
     "DO_NOT_TRACK": "1",
     "TOKENIZERS_PARALLELISM": "false",
+    "CUDA_VISIBLE_DEVICES": "",
     "XDG_CACHE_HOME": os.path.join(_scratch, "cache"),
     "VLLM_CACHE_ROOT": os.path.join(_scratch, "vllm-cache"),
     "VLLM_CONFIG_ROOT": os.path.join(_scratch, "vllm-config"),

@@ -171,6 +171,46 @@ def summary(caps: Dict[str, Any], seconds: Optional[float]) -> Dict[str, str]:
     }
 
 
+# What the preflight judges by name, compared release to release in the matrix's last section.
+CHANGED_KEYS = (
+    ("speculative methods", "speculative_methods"),
+    ("rejection_sample_method values", "rejection_sample_methods"),
+    ("draft_sample_method values", "draft_sample_methods"),
+    ("SpeculativeConfig fields", "speculative_fields"),
+    ("attention backends", "attention_backends"),
+)
+
+
+def changes(before: Dict[str, Any], after: Dict[str, Any]) -> List[str]:
+    """What `after` accepts that `before` did not, and the reverse, one line per key that differs."""
+    lines = []
+    pairs = [*CHANGED_KEYS, ("DFlash architectures", None), ("`vllm serve` long options", "serve_flags")]
+    for label, key in pairs:
+        if key is None:
+            old = {a for a in before["registered_architectures"] if any(p in a for p in DFLASH_FAMILY)}
+            new = {a for a in after["registered_architectures"] if any(p in a for p in DFLASH_FAMILY)}
+        else:
+            old, new = set(before[key]), set(after[key])
+        if old == new:
+            continue
+        added, removed = sorted(new - old), sorted(old - new)
+        if key == "serve_flags":  # hundreds: counts, and the removed ones (a config using them breaks)
+            text = f"{len(added)} added; removed: {', '.join(f'`{o}`' for o in removed) or 'none'}"
+        else:
+            text = "; ".join(
+                part
+                for part in (
+                    "added " + ", ".join(f"`{a}`" for a in added) if added else "",
+                    "removed " + ", ".join(f"`{r}`" for r in removed) if removed else "",
+                )
+                if part
+            )
+        lines.append(f"- {label}: {text}")
+    if before["default_model_runner"] != after["default_model_runner"]:
+        lines.append(f"- default model runner: {before['default_model_runner']} -> {after['default_model_runner']}")
+    return lines
+
+
 def render(results: Dict[str, Dict[str, Any]], probe_names: List[str], meta: Dict[str, str]) -> str:
     versions = list(results)
     head = "| | " + " | ".join(versions) + " |\n|---|" + "---|" * len(versions) + "\n"
@@ -184,6 +224,11 @@ def render(results: Dict[str, Dict[str, Any]], probe_names: List[str], meta: Dic
         for row, value in cells.items():
             rows.setdefault(row, []).append(value)
     capability_rows = "".join(f"| {row} | " + " | ".join(values) + " |\n" for row, values in rows.items())
+    change_sections = ""
+    for before, after in zip(versions, versions[1:]):
+        lines = changes(results[before]["capabilities"], results[after]["capabilities"])
+        body = "\n".join(lines) or "- nothing the preflight judges"
+        change_sections += f"\n### {before} -> {after}\n\n{body}\n"
     return f"""# vLLM compatibility matrix
 
 Produced on {meta["date"]} by `make compat` (`tests/compat/run_compat.py`): for each release, the PyPI wheel
@@ -210,12 +255,18 @@ by rules on top of a V1 default (0.20: the variable alone; 0.22 to 0.28: some mo
 features, from 0.26 also mixed sliding/full DFlash drafters), `v2` where V2 is the default for everything
 and V1 is left only for features V2 does not support (0.29 on, where mixed drafters are one of those
 features V1 lacks). Whether a mixed drafter gets V2 by itself is the probe
-`dflash_mixed_attention_auto_v2`. "capability script seconds" is this run's wall time, nearly all of it vLLM's import, on a shared
-host (load average {meta["load"]} at the start). The first import after an install is slower (Python
-compiles vLLM's bytecode, which uv skips at install unless `--compile-bytecode`, and reads a cold disk):
-`vllm_facts` pays it once per release and caches the answer.
+`dflash_mixed_attention_auto_v2`. "capability script seconds" is this run's wall time, nearly all of it
+vLLM's import, on a shared host (load average {meta["load"]} at the start). The first import after an
+install is slower (Python compiles vLLM's bytecode, which uv skips at install unless
+`--compile-bytecode`, and reads a cold disk): `vllm_facts` pays it once per release and caches the
+answer.
 
-{head}{capability_rows}"""
+{head}{capability_rows}
+## Changes between releases
+
+What each release accepts that the one before did not, and what it no longer accepts (a config that
+uses a removed name fails at vLLM's startup; the preflight refuses it first).
+{change_sections}"""
 
 
 def load_probes() -> List[Dict[str, Any]]:
@@ -267,6 +318,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 FIXTURES.mkdir(parents=True, exist_ok=True)
                 (FIXTURES / f"{version}.json").write_text(json.dumps(caps, indent=1, sort_keys=True) + "\n")
         entry["summary"] = summary(caps, seconds)
+        entry["capabilities"] = caps
         results[version] = entry
     version_of_python = [python, "-c", "import platform; print(platform.python_version())"]
     meta = {

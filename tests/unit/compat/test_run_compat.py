@@ -57,7 +57,11 @@ def test_summary_of_the_newest_and_an_old_release(compat: ModuleType) -> None:
 
 def test_render_has_a_column_per_release_and_a_row_per_probe_and_capability(compat: ModuleType) -> None:
     results = {
-        version: {"probes": {"p1": "yes", "p2": "no file"}, "summary": compat.summary(captured(version), 1.0)}
+        version: {
+            "probes": {"p1": "yes", "p2": "no file"},
+            "summary": compat.summary(captured(version), 1.0),
+            "capabilities": captured(version),
+        }
         for version in ("0.26.0", "0.33.0")
     }
     meta = {"date": "2026-12-01", "python": "3.11.2", "host": "x86_64, 2 CPUs", "load": "3.0, 2 CPUs"}
@@ -67,3 +71,17 @@ def test_render_has_a_column_per_release_and_a_row_per_probe_and_capability(comp
     assert "| `p2` | no file | no file |" in text
     assert "| default model runner | v1 | v2 |" in text
     assert "| rejection `fly` | no | yes |" in text
+    assert "### 0.26.0 -> 0.33.0" in text
+
+
+def test_changes_name_what_was_added_and_removed(compat: ModuleType) -> None:
+    lines = compat.changes(captured("0.30.0"), captured("0.33.0"))
+    methods = next(line for line in lines if line.startswith("- speculative methods:"))
+    assert "removed `medusa`, `mlp_speculator`" in methods
+    rejection = next(line for line in lines if line.startswith("- rejection_sample_method values:"))
+    assert rejection == "- rejection_sample_method values: added `fly`"
+    assert any(line.startswith("- DFlash architectures: added ") and "`LiLiCorrDraftModel`" in line for line in lines)
+    assert not any(line.startswith("- default model runner") for line in lines)
+    runner = compat.changes(captured("0.28.0"), captured("0.30.0"))
+    assert "- default model runner: v1 -> v2" in runner
+    assert compat.changes(captured("0.26.0"), captured("0.26.0")) == []

@@ -224,18 +224,20 @@ def read_serve_flags():
     parser = make_arg_parser(parser_class())
     boolean_optional = getattr(argparse, "BooleanOptionalAction", ())
     flags = {}
-    for action in parser._actions:
+    # Every option string the parser accepts: 0.33 hides `--no-enable-x` from action.option_strings
+    # (help shows `--disable-x`) but still parses it.
+    for option, action in parser._option_string_actions.items():
+        if not option.startswith("--"):
+            continue
         choices = None
         if action.choices is not None:
             choices = [json_value(choice) for choice in list(action.choices)]
-        for option in action.option_strings:
-            if option.startswith("--"):
-                flags[option] = {
-                    "dest": str(action.dest),
-                    "takes_value": action.nargs != 0,
-                    "choices": choices,
-                    "negatable": bool(boolean_optional) and isinstance(action, boolean_optional),
-                }
+        flags[option] = {
+            "dest": str(action.dest),
+            "takes_value": action.nargs != 0,
+            "choices": choices,
+            "negatable": bool(boolean_optional) and isinstance(action, boolean_optional),
+        }
     return dict(sorted(flags.items()))
 
 

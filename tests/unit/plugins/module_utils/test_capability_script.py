@@ -230,10 +230,20 @@ SHAPE_0_33 = dict(
         "vllm/entrypoints/common/__init__.py": "",
         "vllm/entrypoints/common/cli_args.py": """
             import argparse
+
+            class EnableDisableAction(argparse.BooleanOptionalAction):
+                # vLLM 0.33's: --enable-x pairs with --disable-x; --no-enable-x parses but is hidden.
+                def __init__(self, option_strings, dest, *args, **kwargs):
+                    super().__init__(option_strings, dest, *args, **kwargs)
+                    inverse = "--disable-" + option_strings[0][len("--enable-"):]
+                    self.visible_option_strings = [*option_strings, inverse]
+                    self.option_strings = [*self.option_strings, inverse]
+
             def make_arg_parser(parser):
                 parser.add_argument("--port", type=int, default=8000)
                 parser.add_argument("--attention-backend", default=None)
-                parser.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction)
+                action = parser.add_argument("--enable-prefix-caching", action=EnableDisableAction)
+                action.option_strings = action.visible_option_strings  # registered, then hidden from help
                 return parser
         """,
     },
@@ -346,7 +356,11 @@ def test_shape_0_33_new_paths_string_annotations_and_config_that_needs_a_device(
     assert caps["mtp_aliases"] == ["deepseek_mtp", "gemma4_mtp"]
     assert caps["rejection_sample_methods"] == ["standard", "synthetic", "block", "fly"]
     assert caps["draft_sample_methods"] == ["greedy", "probabilistic"]  # Optional[Literal] unfolded
-    assert "--attention-backend" in caps["serve_flags"]  # from vllm.entrypoints.common.cli_args
+    flags = caps["serve_flags"]
+    assert "--attention-backend" in flags  # from vllm.entrypoints.common.cli_args
+    # What the parser accepts, hidden from help or not (the --disable-x alias only where registered).
+    assert flags["--no-enable-prefix-caching"]["dest"] == "enable_prefix_caching"
+    assert flags["--enable-prefix-caching"]["negatable"] is True
     # VllmConfig() raised: its field defaults were used; Triton, missing on a CPU host, counts as present.
     assert caps["default_model_runner"] == "v2"
 

@@ -930,9 +930,9 @@ SERVE_CASES = [
     ),
     (
         "false for a switch without a negative form",
-        {"no-trust-remote-code": True},
-        [(E, "serve_config.trust-remote-code")],
-        "remove trust-remote-code from vllm_serve_extra_args",
+        {"no-headless": True},
+        [(E, "serve_config.headless")],
+        "remove headless from vllm_serve_extra_args",
     ),
     ("true for a flag with a value", {"port": True}, [(E, "serve_config.port")], "give its value, quoted"),
     ("a value outside the choices", {"kv-cache-dtype": "fp4"}, [(E, "serve_config.kv-cache-dtype")], "fp8"),

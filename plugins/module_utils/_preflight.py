@@ -208,7 +208,7 @@ class _Preflight:
             if close:
                 self.error(field, problem, f"rename it {' or '.join(close)}")
             elif self.from_installed("speculative_fields"):
-                self.error(field, problem, "remove it (see `vllm serve --help=speculative-config`)")
+                self.error(field, problem, f"remove it; its fields are {_one_of(fields, limit=60)}")
             else:  # a table may miss a field the installed release added
                 self.warn(field, problem, "remove it, unless the installed vLLM added this field")
         return out

@@ -137,6 +137,15 @@ EXAMPLES = r"""
       VLLM_USE_V2_MODEL_RUNNER: "1"
   register: preflight
 
+- name: Check the serve config as it will be written against the release's own vllm serve parser
+  vllm_ops.dflash.dflash_preflight:
+    serve_config:
+      model: Qwen/Qwen3.6-27B
+      port: 8000
+      no-enable-prefix-caching: true
+      attention-backend: FLASH_ATTN
+    vllm_facts: "{{ ansible_facts.vllm }}"
+
 - name: Template the serve config with the normalised speculative config
   ansible.builtin.template:
     src: serve.yaml.j2

@@ -9,6 +9,14 @@ and prints one result line `<mark> <json>`. Each key is read on its own: one tha
 left empty and explained in `errors`, the others are still filled. No GPU is needed; vLLM's import
 takes a minute or more on a small host, so callers cache the result per release.
 
+A key that could not be read holds its empty value ([], {} or null) and its reason in `errors`.
+`serve_flags` lists every long option string the parser accepts, also those hidden from `--help` (0.33
+shows `--disable-x` for `--no-enable-x`, which still parses); `negatable` marks an
+`argparse.BooleanOptionalAction`, and a false is spelled `--no-<flag>` only where that string is listed.
+`default_model_runner` is what `VllmConfig()` without a model picks with `VLLM_USE_V2_MODEL_RUNNER` unset
+on a host with Triton: `v1` on 0.20 to 0.28 (V2 there only by per-model or per-feature rules), `v2` from
+0.29 on.
+
 Stray output cannot break or forge the result: while vLLM is imported, file descriptor 1 points at
 stderr (vLLM logs to stdout), and only the line that starts with this run's random mark counts.
 
@@ -65,8 +73,9 @@ _result_fd = os.dup(1)
 os.dup2(2, 1)
 sys.stdout = sys.stderr
 
-# No network, no telemetry, quiet logs, caches in a directory removed at the end; the default model
-# runner is the one chosen when VLLM_USE_V2_MODEL_RUNNER is unset.
+# No network, no telemetry, quiet logs, caches in a directory removed at the end, no GPU touched (a GPU
+# host may be serving: no CUDA context, and the same answer as a CPU host); the default model runner is
+# the one chosen when VLLM_USE_V2_MODEL_RUNNER is unset.
 _scratch = tempfile.mkdtemp(prefix="vllm-capabilities-")
 os.environ.update({
     "VLLM_LOGGING_LEVEL": "ERROR",
@@ -76,6 +85,7 @@ os.environ.update({
     "VLLM_NO_USAGE_STATS": "1",
     "DO_NOT_TRACK": "1",
     "TOKENIZERS_PARALLELISM": "false",
+    "CUDA_VISIBLE_DEVICES": "",
     "XDG_CACHE_HOME": os.path.join(_scratch, "cache"),
     "VLLM_CACHE_ROOT": os.path.join(_scratch, "vllm-cache"),
     "VLLM_CONFIG_ROOT": os.path.join(_scratch, "vllm-config"),
@@ -122,17 +132,8 @@ def literal_values(annotation):
         args = typing.get_args(annotation)
         if origin is getattr(typing, "Annotated", None):
             args = args[:1]
-        for arg in args:
+        for arg in args:  # Optional[...], Union[...] and `X | None` (origin types.UnionType)
             values.extend(literal_values(arg))
-    else:
-        try:
-            import types
-            union = getattr(types, "UnionType", None)
-            if union is not None and isinstance(annotation, union):
-                for arg in typing.get_args(annotation):
-                    values.extend(literal_values(arg))
-        except Exception:
-            pass
     seen = set()
     return [v for v in values if not (v in seen or seen.add(v))]
 

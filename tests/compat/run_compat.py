@@ -207,9 +207,10 @@ What the installed vLLM answered (counts and the values the preflight judges mos
 architectures" are the registered names containing `DFlash` or `LiLiCorr`. "default model runner" is the
 one a config without a model gets when `VLLM_USE_V2_MODEL_RUNNER` is unset: `v1` where V2 is picked only
 by rules on top of a V1 default (0.20: the variable alone; 0.22 to 0.28: some model architectures and
-features, from 0.26 also mixed sliding/full DFlash drafters, the probe `dflash_mixed_attention_auto_v2`),
-`v2` where V2 is the default for everything and V1 is left only for features V2 does not support (0.29
-on). "capability script seconds" is this run's wall time, nearly all of it vLLM's import, on a shared
+features, from 0.26 also mixed sliding/full DFlash drafters), `v2` where V2 is the default for everything
+and V1 is left only for features V2 does not support (0.29 on, where mixed drafters are one of those
+features V1 lacks). Whether a mixed drafter gets V2 by itself is the probe
+`dflash_mixed_attention_auto_v2`. "capability script seconds" is this run's wall time, nearly all of it vLLM's import, on a shared
 host (load average {meta["load"]} at the start). The first import after an install is slower (Python
 compiles vLLM's bytecode, which uv skips at install unless `--compile-bytecode`, and reads a cold disk):
 `vllm_facts` pays it once per release and caches the answer.

@@ -415,16 +415,17 @@ def test_quiet_offline_and_no_cache_left_behind(tmp_path: Path) -> None:
     shape["vllm/config/speculative.py"] = (
         "import json, os\n"
         "names = ('VLLM_LOGGING_LEVEL', 'HF_HUB_OFFLINE', 'VLLM_NO_USAGE_STATS', 'DO_NOT_TRACK',\n"
-        "         'XDG_CACHE_HOME', 'VLLM_CACHE_ROOT', 'VLLM_USE_V2_MODEL_RUNNER')\n"
+        "         'XDG_CACHE_HOME', 'VLLM_CACHE_ROOT', 'VLLM_USE_V2_MODEL_RUNNER', 'CUDA_VISIBLE_DEVICES')\n"
         f"json.dump({{n: os.environ.get(n) for n in names}}, open({str(record)!r}, 'w'))\n"
         "os.makedirs(os.environ['VLLM_CACHE_ROOT'])\n" + textwrap.dedent(shape["vllm/config/speculative.py"])
     )
     python = fake_vllm(tmp_path, shape, "0.26.0", [])
-    capabilities(python, {"VLLM_USE_V2_MODEL_RUNNER": "0", "HF_HUB_OFFLINE": "0"})
+    capabilities(python, {"VLLM_USE_V2_MODEL_RUNNER": "0", "HF_HUB_OFFLINE": "0", "CUDA_VISIBLE_DEVICES": "0,1"})
     seen = json.loads(record.read_text())
     assert seen["VLLM_LOGGING_LEVEL"] == "ERROR"
     assert seen["HF_HUB_OFFLINE"] == seen["VLLM_NO_USAGE_STATS"] == seen["DO_NOT_TRACK"] == "1"
     assert seen["VLLM_USE_V2_MODEL_RUNNER"] is None
+    assert seen["CUDA_VISIBLE_DEVICES"] == ""  # a GPU host that serves keeps its GPUs to itself
     assert not Path(seen["VLLM_CACHE_ROOT"]).exists() and not Path(seen["XDG_CACHE_HOME"]).exists()
 
 

@@ -208,7 +208,7 @@ class _Preflight:
             if close:
                 self.error(field, problem, f"rename it {' or '.join(close)}")
             elif self.from_installed("speculative_fields"):
-                self.error(field, problem, "remove it (see `vllm serve --help=speculative-config`)")
+                self.error(field, problem, f"remove it; its fields are {_one_of(fields, limit=60)}")
             else:  # a table may miss a field the installed release added
                 self.warn(field, problem, "remove it, unless the installed vLLM added this field")
         return out
@@ -475,13 +475,8 @@ class _Preflight:
             positive = name[3:] if name.startswith("no-") else None
             plain = mapping(flags.get("--" + positive)) if positive else {}
             if plain and value is True:
-                # A `false` rendered as no-<flag>: true (the loader drops a YAML false), for a plain switch.
-                self.error(
-                    f"serve_config.{positive}",
-                    f"false cannot be given: vLLM's --config loader drops a YAML false, and vLLM {self.version} "
-                    f"has no --{name}, --{positive} being a plain switch that is off unless given",
-                    f"remove {positive} from vllm_serve_extra_args",
-                )
+                # A `false` rendered as no-<flag>: true (the loader drops a YAML false) that this vLLM cannot parse.
+                self._refuse_false(str(positive), plain, flags)
                 return
             close = _close(name, names)
             self.error(
@@ -520,6 +515,29 @@ class _Preflight:
                 f"{value!r} is not one of the values vLLM {self.version} accepts for --{name}",
                 f"use one of {', '.join(map(str, choices))}",
             )
+
+    def _refuse_false(self, name: str, spec: Mapping[str, Any], flags: Mapping[str, Any]) -> None:
+        field = f"serve_config.{name}"
+        why = (
+            f"false is written as no-{name}: true (vLLM's --config loader drops a YAML false), and vLLM "
+            f"{self.version} has no --no-{name}"
+        )
+        if not spec.get("negatable"):
+            self.error(
+                field,
+                f"{why}: --{name} is a plain switch, off unless given",
+                f"remove {name} from vllm_serve_extra_args",
+            )
+            return
+        # 0.33 spells some negatives --disable-x, with --enable-x an alias of --no-disable-x (same dest).
+        same = sorted(flag[2:] for flag, other in flags.items() if mapping(other).get("dest") == spec.get("dest"))
+        opposite = "disable-" + name[len("enable-") :] if name.startswith("enable-") else None
+        fix = (
+            f"set {opposite}: true instead"
+            if opposite in same
+            else f"give the setting ({spec.get('dest')}) by one of {', '.join(f for f in same if f != name)}"
+        )
+        self.error(field, why, fix)
 
     # ----------------------------------------------------------------------- drafter
 

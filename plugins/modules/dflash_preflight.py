@@ -64,7 +64,7 @@ options:
         against the C(serve_flags) of the installed vLLM's own parser - an unknown flag is refused naming it and
         close matches, a value outside a flag's choices is refused, and so is a boolean vLLM would not honour.
       - vLLM's C(--config) loader drops a YAML C(false) and passes C(true) as the bare flag. The role
-        C(dflash_config) therefore writes C(false) as C(no-<flag>: true); a flag without a C(--no-) form cannot
+        C(dflash_config) therefore writes C(false) as C(no-<flag>) set to C(true); a flag without a C(--no-) form cannot
         be given C(false) (refused, with the fix), and C(true) for a flag that takes a value is refused.
       - Its C(attention-backend) is the drafter's when the speculative config sets none.
       - Omitted, no serve config is checked.
@@ -136,6 +136,15 @@ EXAMPLES = r"""
     env:
       VLLM_USE_V2_MODEL_RUNNER: "1"
   register: preflight
+
+- name: Check the serve config as it will be written against the release's own vllm serve parser
+  vllm_ops.dflash.dflash_preflight:
+    serve_config:
+      model: Qwen/Qwen3.6-27B
+      port: 8000
+      no-enable-prefix-caching: true
+      attention-backend: FLASH_ATTN
+    vllm_facts: "{{ ansible_facts.vllm }}"
 
 - name: Template the serve config with the normalised speculative config
   ansible.builtin.template:

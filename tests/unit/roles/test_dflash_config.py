@@ -3,8 +3,8 @@
 """The dflash_config role run by ansible-playbook on localhost: what it writes, and what the deploy's look
 (the controller-only expected_files entry point) expects of it.
 
-Facts come from a stand-in module (tests/unit/roles/dflash_config/fake_vllm_facts.py) carrying the
-capabilities vLLM 0.26.0 answered (tests/helpers/capabilities.py) and every probe true.
+The facts are vllm_facts' own, of a venv whose vllm is the fixture engine (tests/helpers/engine_venv.py):
+its capabilities come from the engine's config, registry and `vllm serve` parser, as from a real release.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any, Dict
 import pytest
 import yaml
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._drift import FileExpectation
-from ansible_collections.vllm_ops.dflash.tests.helpers.capabilities import captured
+from ansible_collections.vllm_ops.dflash.tests.helpers.engine_venv import engine_venv
 
 ROOT = Path(__file__).resolve().parents[3]
 HERE = Path(__file__).resolve().parent / "dflash_config"
@@ -28,15 +28,12 @@ PROBES = yaml.safe_load((ROOT / "tests" / "unit" / "fixtures" / "probes.yml").re
 
 
 def play(tmp_path: Path, **extra: Any) -> subprocess.CompletedProcess:
-    facts = {
-        "version": "0.26.0",
-        "probes": {probe["name"]: True for probe in PROBES},
-        "probe_errors": {},
-        "capabilities": captured("0.26.0"),
-        "capabilities_source": "cache",
-    }
+    venv = tmp_path / "venv"
+    if not venv.exists():
+        engine_venv(venv)
     variables: Dict[str, Any] = {
-        "role_test_facts": facts,
+        "role_test_venv": str(venv),
+        "role_test_probes": PROBES,
         "role_test_out": str(tmp_path / "expected.json"),
         "vllm_config_dir": str(tmp_path / "etc"),
         "vllm_model": "fixture/tiny-qwen3",
@@ -50,7 +47,6 @@ def play(tmp_path: Path, **extra: Any) -> subprocess.CompletedProcess:
     env = dict(
         os.environ,
         ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".cache" / "ac"),
-        ANSIBLE_LIBRARY=str(HERE),
         ANSIBLE_LOCALHOST_WARNING="false",
         ANSIBLE_INVENTORY_UNPARSED_WARNING="false",
         ANSIBLE_NOCOLOR="1",
@@ -100,5 +96,5 @@ def test_an_unknown_serve_flag_is_refused_before_any_file_is_written(tmp_path):
     proc = play(tmp_path, vllm_serve_extra_args={"enable-prefix-cachin": True})
     assert proc.returncode != 0
     out = " ".join(proc.stdout.split())
-    assert "--enable-prefix-cachin is not a flag of vLLM 0.26.0" in out and "rename it enable-prefix-caching" in out
+    assert "--enable-prefix-cachin is not a flag of vLLM 0.33.0" in out and "rename it enable-prefix-caching" in out
     assert not (tmp_path / "etc").exists()

@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 import pytest
-from ansible_collections.vllm_ops.dflash.plugins.module_utils import _vllm_data
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._drafter import (
     PreflightError,
     load_drafter_config,
     locate_drafter_config,
 )
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._preflight import preflight
+from ansible_collections.vllm_ops.dflash.tests.helpers.capabilities import captured
 
 ROOT = Path(__file__).resolve().parents[4]
 DRAFTERS = ROOT / "tests" / "unit" / "fixtures" / "drafters"
@@ -38,8 +38,8 @@ FACTS = {
 
 
 def facts() -> Dict[str, Any]:
-    """0.26.0-like facts, capabilities fabricated from the fallback table (an input here, not under test)."""
-    return dict(FACTS, capabilities=dict(_vllm_data.RELEASES["0.26.0"], errors={}))
+    """0.26.0's facts, with the capabilities its wheel answered."""
+    return dict(FACTS, capabilities=captured("0.26.0"))
 
 
 def write_config(directory: Path, config: Dict[str, Any]) -> Path:

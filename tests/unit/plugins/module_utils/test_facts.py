@@ -28,6 +28,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._facts import (
     gather_facts,
     parse_probes,
 )
+from ansible_collections.vllm_ops.dflash.tests.helpers.engine_venv import engine_venv
 
 COMMIT = "3cfc8f8b7a1b2c3d4e5f60718293a4b5c6d7e8f9"
 VERSION = "0.1.dev16016+g3cfc8f8b7"
@@ -475,20 +476,12 @@ def test_fixture_engine_installed_from_git(tmp_path, ref, missing, probes_found)
 
 # --------------------------------------------------------------------------- capabilities
 
-ENGINE_SOURCE = CHECKOUT / "tests" / "fixtures" / "engine"
-YAML_SITE = Path(__import__("yaml").__file__).resolve().parents[1]  # the fixture engine imports PyYAML
-
 
 def engine_release(root, version="0.33.0", manifest=True):
-    """A release whose venv imports the fixture engine's source (it answers the capability script like vLLM),
-    with distribution metadata of `version`."""
+    """A release whose venv imports the fixture engine's source (it answers the capability script like vLLM)."""
     venv = make_release(root, manifest={"schema": 1} if manifest else None)
-    site = site_packages(venv)
-    (site / "engine.pth").write_text(f"{ENGINE_SOURCE}\n{YAML_SITE}\n")
-    dist = site / f"vllm-{version}.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n")
-    return venv
+    shutil.rmtree(venv)
+    return engine_venv(venv, version)
 
 
 def test_capabilities_are_asked_once_per_release_and_cached(tmp_path, monkeypatch):

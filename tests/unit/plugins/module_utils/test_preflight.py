@@ -930,9 +930,9 @@ SERVE_CASES = [
     ),
     (
         "false for a switch without a negative form",
-        {"no-trust-remote-code": True},
-        [(E, "serve_config.trust-remote-code")],
-        "remove trust-remote-code from vllm_serve_extra_args",
+        {"no-headless": True},
+        [(E, "serve_config.headless")],
+        "remove headless from vllm_serve_extra_args",
     ),
     ("true for a flag with a value", {"port": True}, [(E, "serve_config.port")], "give its value, quoted"),
     ("a value outside the choices", {"kv-cache-dtype": "fp4"}, [(E, "serve_config.kv-cache-dtype")], "fp8"),
@@ -948,6 +948,18 @@ def test_serve_config_against_the_installed_parser(
     assert levels_and_fields(result) == sorted(expected), result["findings"]
     if phrase:
         assert phrase in result["findings"][0]["message"], result["findings"]
+
+
+def test_false_for_a_switch_whose_negative_0_33_spells_disable() -> None:
+    # 0.33.0: --enable-cascade-attn is an alias of --no-disable-cascade-attn; there is no --no-enable-cascade-attn
+    result = preflight({}, vllm_facts=facts("0.33.0", "0.33.0"), serve_config={"no-enable-cascade-attn": True})
+    assert levels_and_fields(result) == [(E, "serve_config.enable-cascade-attn")]
+    assert "Fix: set disable-cascade-attn: true instead" in result["findings"][0]["message"]
+    # what the negatable flags that have a --no- form get instead: accepted
+    assert (
+        preflight({}, vllm_facts=facts("0.33.0", "0.33.0"), serve_config={"no-enable-prefix-caching": True})["findings"]
+        == []
+    )
 
 
 def test_serve_config_without_capabilities_is_not_checked_and_says_so() -> None:

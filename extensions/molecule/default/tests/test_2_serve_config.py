@@ -1,4 +1,5 @@
-"""A config the preflight fills in (no num_speculative_tokens: block_size - 1) is a no-op on a re-run.
+"""The serve config: judged by the release's own `vllm serve` parser, and a config the preflight fills in
+(no num_speculative_tokens: block_size - 1) is a no-op on a re-run.
 
 The deploy's first look renders the serve config on the controller from the config as given; dflash_config
 writes the preflight's normalised one. The host's render record (/etc/vllm/default.render.json) says which
@@ -47,3 +48,16 @@ def test_back_to_the_scenario_config_is_one_look_too(host):
     proc = deploy()
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert "nothing would change" in proc.stdout
+
+
+def test_an_unknown_serve_flag_is_refused_before_any_change(host):
+    config = host.file("/etc/vllm/default.yaml").content_string
+    pid = service_pid(host)
+    proc = deploy({"vllm_serve_extra_args": {"enable-prefix-cachin": True}})
+    assert proc.returncode != 0
+    out = " ".join(proc.stdout.split())  # the YAML callback folds long messages
+    assert "--enable-prefix-cachin is not a flag of vLLM" in out, proc.stdout[-3000:]
+    assert "rename it enable-prefix-caching" in out
+    assert host.file("/etc/vllm/default.yaml").content_string == config
+    assert service_pid(host) == pid
+    assert host.run("curl -sf http://127.0.0.1:8000/health").rc == 0

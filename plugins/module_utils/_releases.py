@@ -388,6 +388,19 @@ class _Session:
             f"{self.layout.releases} and not marked failed; activate one explicitly with action=activate release=<name>"
         )
 
+    def last_good(self) -> Optional[str]:
+        """The release that served last with a passed gate and is still whole: what a failed or unfinished
+        rollout goes back to. A release that is current but not `good` never is (its rollout did not end)."""
+
+        def usable(name: Any) -> bool:
+            entry = self.state["releases"].get(name) or {}
+            return entry.get("status") == "good" and self.exists(name) and not self.disk[name].manifest_error
+
+        for item in reversed(self.state["history"]):
+            if item.get("action") in _SWITCHING and usable(item.get("release")):
+                return str(item["release"])
+        return next((name for name in self.ordered_names() if usable(name)), None)
+
     def mark(self, spec: Optional[str], status: str, reason: Optional[str], details: Optional[Dict[str, Any]]) -> None:
         name = self.resolve(spec, require_complete=False) if spec else self.state["current"]
         if name is None:
@@ -495,6 +508,7 @@ class _Session:
             "changed": self.changed,
             "current": self.state["current"],
             "previous": self.state["previous"],
+            "last_good": self.last_good(),
             "release": self.affected,
             "releases": self.release_list(),
             "history": self.state["history"],

@@ -642,3 +642,20 @@ def test_status_works_on_a_full_disk(host, monkeypatch):
     monkeypatch.setattr(os, "pwrite", no_space)
     monkeypatch.setattr(os, "ftruncate", no_space)
     assert run_action(str(host), "status")["current"] == name_of(1)
+
+
+def test_last_good_is_the_release_that_served_last_with_a_passed_gate(host):
+    assert act(host, "status")["last_good"] is None
+    act(host, "activate", release=name_of(1))
+    assert act(host, "status")["last_good"] is None  # active, never gated
+    act(host, "mark_good", release=name_of(1))
+    act(host, "activate", release=name_of(2))  # a rollout that died before its gate
+    result = act(host, "status")
+    assert (result["current"], result["last_good"]) == (name_of(2), name_of(1))
+    act(host, "mark_failed", release=name_of(2))
+    assert act(host, "status")["last_good"] == name_of(1)
+    act(host, "mark_good", release=name_of(2))
+    assert act(host, "status")["last_good"] == name_of(2)
+    act(host, "activate", release=name_of(3))
+    shutil.rmtree(host / "releases" / name_of(2))  # gone: not a target any more
+    assert act(host, "status")["last_good"] == name_of(1)

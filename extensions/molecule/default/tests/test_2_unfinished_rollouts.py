@@ -8,7 +8,9 @@ and the run ends there: no restart, no gate. The server still runs A; `current` 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import time
 
 import pytest
 from deploy_helper import BIN, deploy, inventory, release_state, service_pid
@@ -92,3 +94,33 @@ def test_back_to_the_scenario_ref(host):
     assert proc.returncode == 0, proc.stdout[-3000:]
     commit = host.check_output("git --git-dir /srv/vllm-engine.git rev-parse main")
     assert release_state(host)["current"].startswith(commit[:12])
+
+
+def test_a_build_that_dies_is_noticed_at_once(host):
+    """Issue 14 item 8: the role followed a killed build's frozen status for its whole timeout."""
+    current = release_state(host)["current"]
+    cmd = [str(BIN / "ansible-playbook"), "-i", inventory(), "vllm_ops.dflash.deploy_dflash"]
+    cmd += ["-e", json.dumps({"vllm_ref": "fault/slow-build", "vllm_build_timeout": 300})]
+    env = dict(os.environ, ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
+    deploy_run = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        status = {}
+        for _ in range(600):  # until the slow build is under way (its log has lines), at most 10 minutes
+            text = host.run("cat /opt/vllm/build-status.json").stdout
+            status = json.loads(text) if text.strip() else {}
+            if status.get("ref") == "fault/slow-build" and status.get("stage") == "build" and status.get("last_line"):
+                break
+            time.sleep(1)
+        assert status.get("stage") == "build", status
+        host.run(f"kill -9 {status['pid']}")
+        killed_at = time.monotonic()
+        out, _ = deploy_run.communicate(timeout=900)
+    finally:
+        if deploy_run.poll() is None:
+            deploy_run.kill()
+    print(out[-20000:])
+    assert deploy_run.returncode != 0
+    assert f"process {status['pid']} is gone" in out and status["log_path"] in out and "Fix:" in out
+    # noticed at the next polls, not after build_timeout (300 s) + the async margin
+    assert time.monotonic() - killed_at < 300
+    assert release_state(host)["current"] == current

@@ -15,6 +15,7 @@ import concurrent.futures
 import datetime
 import http.client
 import json
+import math
 import os
 import socket
 import ssl
@@ -32,6 +33,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._metrics import (
     MetricsError,
     SpecDecodeSnapshot,
     acceptance_stats,
+    check_invariants,
     delta,
     library_parser_available,
     parse_metrics,
@@ -45,6 +47,7 @@ __all__ = [
     "GateOutcome",
     "GateSettings",
     "evaluate",
+    "gate_deadline",
     "render_markdown",
     "report_paths",
     "run_gate",
@@ -73,6 +76,8 @@ class GateSettings:
     min_draft_acceptance_rate: Optional[float] = None
     min_drafts: int = 50
     timeout: float = 60.0
+    # The whole run (scrapes, completions, settling); None = derived from timeout (gate_deadline()).
+    deadline: Optional[float] = None
     validate_certs: bool = True
     # vLLM publishes counters asynchronously: after the last response, poll /metrics until they stop
     # moving, for at most this long.
@@ -89,11 +94,51 @@ class GateOutcome:
 
 # ------------------------------------------------------------------------------------------------ HTTP
 
+# Bodies are read in chunks up to these sizes: a real vLLM /metrics page is well under 1 MiB, a completion
+# of max_tokens far less; anything bigger is not a vLLM answer and must not take the host's memory.
+MAX_METRICS_BYTES = 16 * 1024 * 1024
+MAX_COMPLETION_BYTES = 4 * 1024 * 1024
+_CHUNK = 65536
+
+
+class _DeadlinePassed(Exception):
+    """The gate's overall deadline passed while talking to the server."""
+
+
+class _TooLarge(Exception):
+    """A response body larger than its cap."""
+
+
+def _set_read_timeout(response: Any, seconds: float) -> None:
+    """Bound the next read by `seconds`: urllib's timeout is per socket read, set once at connect."""
+    raw = getattr(getattr(response, "fp", None), "raw", None)
+    sock = getattr(raw, "_sock", None)
+    if sock is not None:
+        sock.settimeout(max(seconds, 0.001))
+
+
+def gate_deadline(settings: GateSettings) -> float:
+    """Seconds the whole gate may take: the option, or what a slow but healthy server needs.
+
+    One scrape before, the completions in waves of `concurrency` (each up to `timeout`), the settling, and
+    one scrape after; plus a scrape's timeout of slack.
+    """
+    if settings.deadline is not None:
+        return settings.deadline
+    waves = math.ceil(settings.requests / max(settings.concurrency, 1))
+    return settings.timeout * (waves + 3) + settings.settle_seconds
+
 
 def _base_url(url: str) -> str:
     parts = urllib.parse.urlsplit(url.strip())
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise GateError(f"url {display_url(url)!r} is not an http(s) URL; use e.g. http://127.0.0.1:8000")
+    if "@" in parts.netloc:
+        # urllib would take `user:pass@host` for a host name and report a DNS error.
+        raise GateError(
+            f"url {display_url(url)!r} carries credentials (user:password@), which the gate does not send; "
+            "drop them from url and give the server's --api-key in api_key (sent as a Bearer token)"
+        )
     path = parts.path.rstrip("/")
     if path.endswith("/v1"):  # people paste the OpenAI base URL
         path = path[: -len("/v1")]
@@ -136,8 +181,36 @@ class _Server:
             context.verify_mode = ssl.CERT_NONE
         # Stdlib opener (this core imports no Ansible, so not ansible.module_utils.urls.open_url).
         self.opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=context))
+        self.deadline_seconds = gate_deadline(settings)
+        self.deadline = time.monotonic() + self.deadline_seconds
 
-    def _request(self, path: str, payload: Optional[Dict[str, Any]] = None) -> bytes:
+    def remaining(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def deadline_error(self) -> GateError:
+        return GateError(
+            f"the gate did not finish within its deadline of {self.deadline_seconds:g} s ({self.shown} answers "
+            "too slowly or never ends its responses); check the server's /health and log, or raise deadline"
+        )
+
+    def _read(self, response: Any, limit: int, path: str) -> bytes:
+        """The body, in chunks: each read waits at most until the deadline, and at most `limit` bytes."""
+        chunks: List[bytes] = []
+        size = 0
+        while True:
+            remaining = self.remaining()
+            if remaining <= 0:
+                raise _DeadlinePassed(path)
+            _set_read_timeout(response, min(self.settings.timeout, remaining))
+            chunk = response.read1(_CHUNK) if hasattr(response, "read1") else response.read(_CHUNK)
+            if not chunk:
+                return b"".join(chunks)
+            size += len(chunk)
+            if size > limit:
+                raise _TooLarge(f"{self.shown}{path} sent more than {limit // (1024 * 1024)} MiB")
+            chunks.append(chunk)
+
+    def _request(self, path: str, payload: Optional[Dict[str, Any]] = None, limit: int = MAX_METRICS_BYTES) -> bytes:
         headers = {"Accept": "application/json, text/plain"}
         data = None
         if payload is not None:
@@ -146,9 +219,16 @@ class _Server:
         if self.settings.api_key:
             headers["Authorization"] = "Bearer " + self.settings.api_key
         request = urllib.request.Request(self.base + path, data=data, headers=headers)
-        with self.opener.open(request, timeout=self.settings.timeout) as response:
-            body: bytes = response.read()
-            return body
+        remaining = self.remaining()
+        if remaining <= 0:
+            raise _DeadlinePassed(path)
+        try:
+            with self.opener.open(request, timeout=min(self.settings.timeout, remaining)) as response:
+                return self._read(response, limit, path)
+        except (OSError, http.client.HTTPException):
+            if self.remaining() <= 0:  # a read cut short by the deadline, not by `timeout`
+                raise _DeadlinePassed(path) from None
+            raise
 
     def explain(self, exc: BaseException, path: str, not_found_fix: str) -> str:
         """One sentence: what went wrong talking to `path`, and what to do about it."""
@@ -188,6 +268,10 @@ class _Server:
     def families(self) -> List[MetricFamily]:
         try:
             text = self._request("/metrics").decode("utf-8", "replace")
+        except _DeadlinePassed:
+            raise self.deadline_error() from None
+        except _TooLarge as exc:
+            raise GateError(f"{exc}: that is not a vLLM /metrics page; is url the vLLM server?") from None
         except (OSError, http.client.HTTPException) as exc:  # URLError and timeouts are OSErrors
             raise GateError(
                 self.explain(exc, "/metrics", "no metrics there: is url the vLLM server (not a proxy or another app)?")
@@ -213,7 +297,12 @@ class _Server:
         }
         not_found = f"set model to a served model name (GET {self.shown}/v1/models lists them)"
         try:
-            answer = json.loads(self._request("/v1/completions", payload).decode("utf-8", "replace"))
+            body = self._request("/v1/completions", payload, MAX_COMPLETION_BYTES)
+            answer = json.loads(body.decode("utf-8", "replace"))
+        except _DeadlinePassed:
+            return f"not sent or not finished before the gate's deadline of {self.deadline_seconds:g} s", 0
+        except _TooLarge as exc:
+            return f"{exc} for one completion of max_tokens {self.settings.max_tokens}; is url a vLLM server?", 0
         except (OSError, http.client.HTTPException) as exc:
             return self.explain(exc, "/v1/completions", not_found), 0
         except ValueError:
@@ -223,7 +312,15 @@ class _Server:
         except (KeyError, IndexError, TypeError):
             return f"{self.shown}/v1/completions answered without choices[0].text; is url a vLLM server?", 0
         usage = answer.get("usage") or {}
-        tokens = int(usage.get("completion_tokens") or 0)
+        tokens = usage.get("completion_tokens", 0) if isinstance(usage, dict) else None
+        if tokens is None:
+            tokens = 0
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
+            return (
+                f"{self.shown}/v1/completions answered with usage.completion_tokens {tokens!r}, not a count of "
+                "tokens; is url a vLLM server?",
+                0,
+            )
         if not isinstance(text, str) or not text.strip():
             return "empty completion text: the server generated nothing; see the vLLM server log", tokens
         return None, tokens
@@ -243,6 +340,8 @@ def _validate(settings: GateSettings) -> None:
         problems.append("min_drafts must be 0 or more")
     if settings.timeout <= 0:
         problems.append("timeout must be more than 0 seconds")
+    if settings.deadline is not None and settings.deadline <= 0:
+        problems.append("deadline must be more than 0 seconds")
     rate = settings.min_draft_acceptance_rate
     if rate is not None and not 0 <= rate <= 1:
         problems.append("min_draft_acceptance_rate must be between 0 and 1")
@@ -275,7 +374,7 @@ def _settle(
     "Moved" includes going down: a restarted server will not count up to `before` again, and delta()
     reports the restart.
     """
-    deadline = time.monotonic() + settings.settle_seconds
+    deadline = min(time.monotonic() + settings.settle_seconds, server.deadline)
     last = server.scrape(model)
     while time.monotonic() < deadline:
         time.sleep(settings.poll_interval)
@@ -309,13 +408,16 @@ def run_gate(settings: GateSettings) -> GateOutcome:
             else:
                 errors[error] += 1
     traffic_seconds = time.monotonic() - traffic_start
+    if server.remaining() <= 0:
+        raise server.deadline_error()
 
     after = _settle(server, model, before, settings) if ok else server.scrape(model)
     try:
         window = delta(before, after)
+        stats = acceptance_stats(window)
+        check_invariants(window, stats)
     except MetricsError as exc:
         raise GateError(f"{server.shown}/metrics: {exc}") from exc
-    stats = acceptance_stats(window)
     failed = settings.requests - ok
     reasons = evaluate(stats, settings.requests, failed, errors, settings)
     passed = not reasons

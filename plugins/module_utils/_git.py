@@ -65,10 +65,18 @@ def is_full_sha(text: str) -> bool:
     return bool(_FULL_SHA.match(text))
 
 
+# The transports a repo URL may use, for every git call (and git run by the build, e.g. setuptools-scm).
+# GIT_ALLOW_PROTOCOL overrides any protocol.*.allow of the environment or the git config, so `ext::`
+# (runs a command), `fd::` and unknown remote helpers are refused even where the environment allowed them.
+ALLOWED_PROTOCOLS = "file:git:http:https:ssh"
+
+
 def git_env(base: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
-    """Environment for git: C locale (parsable messages), and never wait for a password prompt."""
+    """Environment for git: C locale (parsable messages), never wait for a password prompt, and only the
+    transports of ALLOWED_PROTOCOLS."""
     env = dict(os.environ if base is None else base)
     env.update({"LC_ALL": "C", "LANG": "C", "GIT_TERMINAL_PROMPT": "0", "GCM_INTERACTIVE": "never"})
+    env["GIT_ALLOW_PROTOCOL"] = ALLOWED_PROTOCOLS
     if "GIT_SSH_COMMAND" not in env and "GIT_SSH" not in env:
         env["GIT_SSH_COMMAND"] = "ssh -o BatchMode=yes"
     return env

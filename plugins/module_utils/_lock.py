@@ -44,20 +44,25 @@ def _read_holder(fd: int) -> Optional[int]:
 
 
 @contextlib.contextmanager
-def host_lock(root: str, timeout: float = 600.0) -> Iterator[str]:
-    """Hold the exclusive host lock on `<root>/.lock` for the duration of the block.
+def host_lock(root: str, timeout: float = 600.0, shared: bool = False) -> Iterator[str]:
+    """Hold the host lock on `<root>/.lock` for the duration of the block.
 
-    Waits up to `timeout` seconds (0 = try once), then raises LockTimeout naming the holder's pid.
-    Yields the lock file path. Creates `root` if missing.
+    Exclusive by default; `shared=True` is for readers (status, the deploy's look): it waits for a writer
+    but opens the existing file read-only and writes nothing, so it works on a full disk or a read-only
+    root. Waits up to `timeout` seconds (0 = try once), then raises LockTimeout naming the holder's pid.
+    Yields the lock file path. An exclusive lock creates `root` if missing.
     """
-    os.makedirs(root, exist_ok=True)
     path = os.path.join(root, LOCK_NAME)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    if shared:
+        fd = os.open(path, os.O_RDONLY)
+    else:
+        os.makedirs(root, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         deadline = time.monotonic() + max(0.0, timeout)
         while True:
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
                 break
             except OSError as exc:
                 if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
@@ -65,14 +70,19 @@ def host_lock(root: str, timeout: float = 600.0) -> Iterator[str]:
             if time.monotonic() >= deadline:
                 raise LockTimeout(path, timeout, _read_holder(fd))
             time.sleep(_POLL_SECONDS)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+        if not shared:
+            # The pid only helps a waiter that gives up say who holds the lock: a full disk must not fail
+            # the action for it.
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
         try:
             yield path
         finally:
             # Leave the file (deleting it would race with a waiter that already opened it).
-            with contextlib.suppress(OSError):
-                os.ftruncate(fd, 0)
+            if not shared:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, 0)
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)

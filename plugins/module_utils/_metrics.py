@@ -27,6 +27,7 @@ __all__ = [
     "Sample",
     "SpecDecodeSnapshot",
     "acceptance_stats",
+    "check_invariants",
     "delta",
     "library_parser_available",
     "parse_metrics",
@@ -359,6 +360,18 @@ def spec_decode_snapshot(families: Sequence[MetricFamily], model_name: Optional[
             per_position[position] = per_position.get(position, 0.0) + sample.value
         else:
             totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
+    # NaN, Inf or a negative count is no counter state vLLM can be in (and NaN defeats every comparison).
+    bad = sorted(
+        f"{name}={value!r}"
+        for name, value in list(totals.items())
+        + [(f"{ACCEPTED_PER_POSITION}[{i}]", v) for i, v in per_position.items()]
+        if not math.isfinite(value) or value < 0
+    )
+    if bad:
+        raise MetricsError(
+            f"impossible counter values ({', '.join(bad)}): counters are finite and never negative; the server "
+            "or a proxy in front of it reports garbage, so the gate cannot judge. Fix: check what serves url"
+        )
     missing = [name for name in (DRAFTS, DRAFT_TOKENS, ACCEPTED_TOKENS) if name not in totals]
     if missing:
         available = spec_decode_model_names(families)
@@ -414,6 +427,45 @@ def delta(before: SpecDecodeSnapshot, after: SpecDecodeSnapshot) -> SpecDecodeSn
         generation_tokens=optional_diff(GENERATION_TOKENS, before.generation_tokens, after.generation_tokens),
         prompt_tokens=optional_diff(PROMPT_TOKENS, before.prompt_tokens, after.prompt_tokens),
     )
+
+
+# ---------------------------------------------------------------------------------------- invariants
+
+
+def check_invariants(window: SpecDecodeSnapshot, stats: AcceptanceStats) -> None:
+    """Refuse a window no vLLM can produce, with the figures.
+
+    vLLM counts, per draft of K proposed tokens, the accepted prefix: accepted <= draft tokens, each
+    position accepted at most once per draft (<= drafts), and the
+    mean acceptance length is at most 1 + K (K = the number of positions reported). Deltas below 0 are
+    refused by delta() (a restart), NaN/Inf/negative values by spec_decode_snapshot().
+    """
+    problems = []
+    if window.accepted_tokens > window.draft_tokens:
+        problems.append(f"accepted tokens {window.accepted_tokens:g} > draft tokens {window.draft_tokens:g}")
+    width = len(window.accepted_per_position)
+    for i, count in enumerate(window.accepted_per_position):
+        if count > window.drafts:
+            problems.append(f"position {i} accepted {count:g} times in {window.drafts:g} drafts")
+    if width:
+        length = stats.mean_acceptance_length
+        if length is not None and length > 1 + width + 1e-9:
+            problems.append(f"mean acceptance length {length:.2f} > 1 + K = {1 + width} (K = {width} positions)")
+    interval = stats.mean_acceptance_length_ci95
+    if interval is not None and stats.mean_acceptance_length is not None:
+        low, high = interval
+        if not low <= stats.mean_acceptance_length <= high:
+            problems.append(
+                f"95% interval [{low:.2f}, {high:.2f}] does not hold the mean acceptance length "
+                f"{stats.mean_acceptance_length:.2f}"
+            )
+    if problems:
+        raise MetricsError(
+            "impossible spec-decode counters over the gate's window: "
+            + "; ".join(problems)
+            + ". vLLM cannot count this; the server (or a proxy in front of it) reports wrong metrics, so the "
+            "gate cannot judge. Fix: check what serves url and its vLLM version"
+        )
 
 
 # ---------------------------------------------------------------------------------------- statistics

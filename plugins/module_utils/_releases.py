@@ -28,6 +28,7 @@ __all__ = [
     "CURRENT_LINK",
     "MANIFEST_NAME",
     "RELEASES_DIR",
+    "RELEASE_NAME",
     "STATE_NAME",
     "STATUSES",
     "WHEELS_DIR",
@@ -49,6 +50,11 @@ STATUSES = ("built", "active", "good", "failed")
 _SWITCHING = ("activate", "rollback")
 _PRUNING_PREFIX = ".prune-"
 _HEX_PREFIX = re.compile(r"^[0-9a-f]{4,40}$")
+# The names this collection makes under releases/ and wheels/: `<sha12>-<inputs8>` and the hidden name a
+# prune renames one to. Anything else there (lost+found of a mount, an operator's directory) is not ours:
+# never adopted, activated or deleted.
+RELEASE_NAME = re.compile(r"^[0-9a-f]{12}-[0-9a-f]{8}$")
+_PRUNING_NAME = re.compile(r"^\.prune-[0-9a-f]{12}-[0-9a-f]{8}\.[0-9a-f]{32}$")
 
 
 class ReleaseError(Exception):
@@ -102,6 +108,8 @@ def load_state(root: str) -> Dict[str, Any]:
         problem = "'releases' must be an object and 'history' a list"
     elif not all(isinstance(entry, dict) for entry in state.get("releases", {}).values()):
         problem = "every entry of 'releases' must be an object"
+    else:
+        problem = _type_problem(state)
     if problem:
         raise ReleaseError(f"{path} is not a schema {STATE_SCHEMA} state file: {problem}; fix it or move it aside")
     merged = _empty_state()
@@ -110,8 +118,39 @@ def load_state(root: str) -> Dict[str, Any]:
     return merged
 
 
-def _scan(layout: _Layout) -> Dict[str, _DiskRelease]:
-    """Release directories under releases/ (hidden names are work in progress of this module)."""
+_TEXT_FIELDS = ("commit", "created_at", "activated_at", "reason")
+_HISTORY_FIELDS = ("at", "action", "release", "from", "reason")
+
+
+def _type_problem(state: Dict[str, Any]) -> Optional[str]:
+    """The first value of the wrong type in a state.json, checked before any action uses it: an action
+    must not swap `current` and then fail on the state it meant to write."""
+    for key in ("current", "previous"):
+        if not isinstance(state.get(key), (str, type(None))):
+            return f"{key!r} is {state[key]!r}, not a release name or null"
+    for name, entry in state.get("releases", {}).items():
+        status = entry.get("status")
+        if status is not None and status not in STATUSES:
+            return f"release {name!r} has status {status!r}, not one of {', '.join(STATUSES)}"
+        for field in _TEXT_FIELDS:
+            if not isinstance(entry.get(field), (str, type(None))):
+                return f"release {name!r} has {field} {entry[field]!r}, not a string or null"
+        if not isinstance(entry.get("gate"), (dict, type(None))):
+            return f"release {name!r} has gate {entry['gate']!r}, not an object or null"
+    for index, item in enumerate(state.get("history", [])):
+        if not isinstance(item, dict):
+            continue  # dropped on load, as before
+        for field in _HISTORY_FIELDS:
+            if not isinstance(item.get(field), (str, type(None))):
+                return f"history[{index}] has {field} {item[field]!r}, not a string or null"
+    return None
+
+
+def _scan(layout: _Layout, foreign: Optional[List[str]] = None) -> Dict[str, _DiskRelease]:
+    """Release directories under releases/ (hidden names are work in progress of this module).
+
+    Names the collection does not make are left out (and listed in `foreign`).
+    """
     found: Dict[str, _DiskRelease] = {}
     try:
         names = sorted(os.listdir(layout.releases))
@@ -119,7 +158,13 @@ def _scan(layout: _Layout) -> Dict[str, _DiskRelease]:
         return found
     for name in names:
         path = layout.release_path(name)
-        if name.startswith(".") or os.path.islink(path) or not os.path.isdir(path):
+        if name.startswith("."):
+            continue
+        if not RELEASE_NAME.match(name):
+            if foreign is not None:
+                foreign.append(name)
+            continue
+        if os.path.islink(path) or not os.path.isdir(path):
             continue
         manifest_path = os.path.join(path, MANIFEST_NAME)
         complete = os.path.isfile(manifest_path)
@@ -160,7 +205,8 @@ class _Session:
     def __init__(self, root: str) -> None:
         self.layout = _Layout(root)
         self.warnings: List[str] = []
-        self.disk = _scan(self.layout)
+        self.foreign: List[str] = []
+        self.disk = _scan(self.layout, self.foreign)
         self.state = load_state(root)
         self._adopt()
         self._reconcile_current()
@@ -342,6 +388,19 @@ class _Session:
             f"{self.layout.releases} and not marked failed; activate one explicitly with action=activate release=<name>"
         )
 
+    def last_good(self) -> Optional[str]:
+        """The release that served last with a passed gate and is still whole: what a failed or unfinished
+        rollout goes back to. A release that is current but not `good` never is (its rollout did not end)."""
+
+        def usable(name: Any) -> bool:
+            entry = self.state["releases"].get(name) or {}
+            return entry.get("status") == "good" and self.exists(name) and not self.disk[name].manifest_error
+
+        for item in reversed(self.state["history"]):
+            if item.get("action") in _SWITCHING and usable(item.get("release")):
+                return str(item["release"])
+        return next((name for name in self.ordered_names() if usable(name)), None)
+
     def mark(self, spec: Optional[str], status: str, reason: Optional[str], details: Optional[Dict[str, Any]]) -> None:
         name = self.resolve(spec, require_complete=False) if spec else self.state["current"]
         if name is None:
@@ -358,9 +417,27 @@ class _Session:
             self.state["releases"][name] = updated
             self.record(f"mark_{status}", name, reason=reason or None)
 
+    def linked_dirs(self) -> List[str]:
+        """releases/ or wheels/ when it is a symlink: a prune there would delete whatever it points to."""
+        return [path for path in (self.layout.releases, self.layout.wheels) if os.path.islink(path)]
+
     def prune(self, keep: int, protect: Sequence[str]) -> None:
         if keep < 0:
             raise ReleaseError(f"keep_releases must be 0 or more, got {keep}")
+        linked = self.linked_dirs()
+        if linked:
+            self.warnings.append(
+                f"nothing pruned: {' and '.join(linked)} {'is a symlink' if len(linked) == 1 else 'are symlinks'} "
+                f"(to {', '.join(os.readlink(path) for path in linked)}); prune deletes only in directories of "
+                f"its own. Fix: make them real directories under {self.layout.root} (or point root at the real "
+                "location)"
+            )
+            return
+        if self.foreign:
+            self.warnings.append(
+                f"left alone under {self.layout.releases}: {', '.join(self.foreign)} (not a release name of this "
+                "collection, <sha12>-<inputs8>); move them elsewhere if they are yours"
+            )
         protected = {self.state["current"], self.state["previous"], *protect}
         # The release a rollback would go to survives any prune (a run of failed bumps must not push the
         # last good release out), and failed releases use up no place of `keep`.
@@ -394,6 +471,8 @@ class _Session:
         if self.link_target is not None:
             self._swap_current(self.link_target)
         for name in self.remove:
+            if not RELEASE_NAME.match(name):  # a name from state.json only: nothing of ours on disk to delete
+                continue
             remove_hidden_first(os.path.join(self.layout.releases, name))
             remove_hidden_first(os.path.join(self.layout.wheels, name))
         self._remove_leftovers()
@@ -413,9 +492,11 @@ class _Session:
     def _remove_leftovers(self) -> None:
         """Hidden trees of an earlier interrupted prune (safe: we hold the lock)."""
         for parent in (self.layout.releases, self.layout.wheels):
+            if os.path.islink(parent):
+                continue
             with contextlib.suppress(FileNotFoundError):
                 for name in os.listdir(parent):
-                    if name.startswith(_PRUNING_PREFIX):
+                    if _PRUNING_NAME.match(name) and not os.path.islink(os.path.join(parent, name)):
                         shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
 
     # ---- reporting --------------------------------------------------------------------------
@@ -427,6 +508,7 @@ class _Session:
             "changed": self.changed,
             "current": self.state["current"],
             "previous": self.state["previous"],
+            "last_good": self.last_good(),
             "release": self.affected,
             "releases": self.release_list(),
             "history": self.state["history"],
@@ -497,7 +579,7 @@ def _lock_for(root: str, read_only: bool, timeout: float) -> Iterator[None]:
         yield
         return
     try:
-        with host_lock(root, timeout):
+        with host_lock(root, timeout, shared=read_only):
             yield
     except LockTimeout as exc:
         raise ReleaseError(str(exc)) from exc

@@ -87,6 +87,13 @@ options:
     description: Seconds to wait for each HTTP request (each completion and each C(/metrics) scrape).
     type: float
     default: 60
+  deadline:
+    description:
+      - Seconds the whole gate may take, every scrape, completion and the settling together; a server that
+        sends its answers a byte at a time cannot keep the gate running past it.
+      - Default is what a slow but healthy server needs, C(timeout * (ceil(requests / concurrency) + 3) + 5).
+      - Response bodies are capped too (16 MiB for C(/metrics), 4 MiB for a completion).
+    type: float
   report_path:
     description:
       - Write the report as JSON to this path and as Markdown next to it (C(gate.json) -> C(gate.md), any
@@ -215,6 +222,8 @@ ansible_facts:
       returned: on success
 """
 
+from urllib.parse import urlsplit
+
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._gate import (
     GateError,
@@ -248,6 +257,7 @@ ARGUMENT_SPEC = dict(
     min_draft_acceptance_rate=dict(type="float"),
     min_drafts=dict(type="int", default=50),
     timeout=dict(type="float", default=60),
+    deadline=dict(type="float"),
     report_path=dict(type="path"),
     validate_certs=dict(type="bool", default=True),
 )
@@ -256,6 +266,13 @@ ARGUMENT_SPEC = dict(
 def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     params = module.params
+    # A password in url (refused by the core) must not come back in the invocation or any message.
+    try:
+        password = urlsplit(params["url"]).password
+    except ValueError:  # the core names what is wrong with the url
+        password = None
+    if password:
+        module.no_log_values.add(password)
     if module.check_mode:
         module.exit_json(
             changed=False,
@@ -275,6 +292,7 @@ def main() -> None:
         min_draft_acceptance_rate=params["min_draft_acceptance_rate"],
         min_drafts=params["min_drafts"],
         timeout=params["timeout"],
+        deadline=params["deadline"],
         validate_certs=params["validate_certs"],
     )
     try:

@@ -144,6 +144,14 @@ previous:
   returned: always
   type: str
   sample: b0b2f27da0c4-9f8e7d6c
+last_good:
+  description:
+    - The release that served last with a passed gate (status C(good)) and is still complete, after the
+      action; what a failed or unfinished rollout goes back to. A current release that is not C(good) is
+      never it. V(null) when there is none.
+  returned: always
+  type: str
+  sample: b0b2f27da0c4-9f8e7d6c
 release:
   description: Name of the release the action resolved O(release) to (or the current one for C(mark_*)).
   returned: always

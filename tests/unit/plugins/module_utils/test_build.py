@@ -412,13 +412,13 @@ def test_prune_keeps_newest_current_previous_and_the_release_made(tmp_path):
     names = [f"{i:012x}-00000000" for i in range(6)]
     for i, name in enumerate(names):
         _release(root, name, f"2026-01-0{i + 1}T00:00:00Z")
-    (root / "releases" / "debris-no-manifest").mkdir()
+    (root / "releases" / "ffffffffffff-0000dead").mkdir()
     state = {"schema": 1, "current": names[0], "previous": names[1], "releases": {}}
     write_json_atomic(str(root / "state.json"), state)
     os.symlink("releases/" + names[0], root / "current")
     # keep 2: names[5] and names[4] (newest by built_at), plus current, previous and the one just made
     removed = prune_after_build(str(root), 2, made=names[2])
-    assert sorted(removed) == sorted([names[3], "debris-no-manifest"])
+    assert sorted(removed) == sorted([names[3], "ffffffffffff-0000dead"])
     kept = sorted([names[0], names[1], names[2], names[4], names[5]])
     assert sorted(os.listdir(root / "releases")) == kept
     assert sorted(os.listdir(root / "wheels")) == kept

@@ -433,3 +433,195 @@ def test_unwritable_report_path_names_the_fix(tmp_path, failed_report):
     blocker.write_text("")
     with pytest.raises(GateError, match=r"cannot write the gate report to .*choose a writable report_path"):
         write_reports(failed_report, str(blocker / "gate.json"))
+
+
+# ------------------------------------------------------------------------------- hostile servers (issue 14)
+
+
+class HostileServer:
+    """A server that answers /metrics with `pages` (one per scrape, the last repeated) and completions with
+    `completion` (bytes); `drip` sends a body one byte at a time, without end, until the test is over."""
+
+    def __init__(self, pages=(), completion=None, drip=None, metrics_stream=None):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.pages = [p.encode() if isinstance(p, str) else p for p in pages]
+        self.completion = completion
+        self.scrapes = 0
+        self.stop = threading.Event()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _drip(self):
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain")
+                self.end_headers()
+                while not outer.stop.wait(0.05):
+                    self.wfile.write(b"#")
+                    self.wfile.flush()
+
+            def do_GET(self):
+                if drip == "metrics":
+                    return self._drip()
+                if metrics_stream is not None:
+                    self.send_response(200)
+                    self.end_headers()
+                    for chunk in metrics_stream():
+                        self.wfile.write(chunk)
+                    return None
+                page = outer.pages[min(outer.scrapes, len(outer.pages) - 1)]
+                outer.scrapes += 1
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(page)))
+                self.end_headers()
+                self.wfile.write(page)
+                return None
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                if drip == "completions":
+                    return self._drip()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(outer.completion)))
+                self.end_headers()
+                self.wfile.write(outer.completion)
+                return None
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def spec_page(drafts, draft_tokens, accepted, per_position):
+    block = sys.modules["fake_vllm"]._spec_block("0", "tiny", 0, 0, 0, per_position)
+    # _spec_block formats ints as floats; put the (possibly impossible) values in as given.
+    for name, value in (("drafts", drafts), ("draft_tokens", draft_tokens), ("accepted_tokens", accepted)):
+        block = re.sub(
+            rf'(vllm:spec_decode_num_{name}_total\{{engine="0",model_name="tiny"\}}) \S+', rf"\g<1> {value}", block
+        )
+    return block
+
+
+GOOD_COMPLETION = json.dumps({"choices": [{"text": "ok"}], "usage": {"completion_tokens": 8}}).encode()
+BEFORE = spec_page(0, 0, 0, [0] * 7)
+
+
+def run_in_thread(gate_settings, wait=120.0):
+    """run_gate in a thread: (finished, outcome or exception). An unbounded gate does not finish."""
+    import threading
+
+    box = {}
+
+    def target():
+        try:
+            box["result"] = run_gate(gate_settings)
+        except BaseException as exc:
+            box["result"] = exc
+
+    worker = threading.Thread(target=target, daemon=True)
+    worker.start()
+    worker.join(wait)
+    return not worker.is_alive(), box.get("result")
+
+
+@pytest.mark.parametrize(
+    ("after", "figures"),
+    [
+        (spec_page(100, 700, 800, [100, 100, 100, 100, 100, 100, 100]), "accepted tokens 800 > draft tokens 700"),
+        (spec_page(100, 700, 300, [150, 100, 50, 0, 0, 0, 0]), "position 0 accepted 150 times in 100 drafts"),
+        (spec_page(10, 7000, 1000, [10] * 7), "mean acceptance length 101.00 > 1 + K = 8 (K = 7 positions)"),
+        (spec_page(100, 700, "NaN", [50] * 7), "vllm:spec_decode_num_accepted_tokens_total=nan"),
+        (spec_page(100, "+Inf", 300, [50] * 7), "vllm:spec_decode_num_draft_tokens_total=inf"),
+        (spec_page(100, 700, 300, [-5, 0, 0, 0, 0, 0, 0]), "accepted_tokens_per_pos_total[0]=-5.0"),
+    ],
+    ids=["accepted>draft_tokens", "position>drafts", "AL101-K7", "NaN", "Inf", "negative"],
+)
+def test_impossible_counters_are_refused_with_the_figures(after, figures):
+    with HostileServer(pages=[BEFORE, after], completion=GOOD_COMPLETION) as server, pytest.raises(GateError) as error:
+        run_gate(settings(server.url, requests=2, settle_seconds=0.2, min_drafts=1))
+    assert figures in str(error.value)
+    assert "impossible" in str(error.value) and "Fix:" in str(error.value)
+
+
+def test_an_inverted_interval_is_refused():
+    window = _metrics.SpecDecodeSnapshot(drafts=100, draft_tokens=700, accepted_tokens=300, accepted_per_position=())
+    stats = AcceptanceStats(100, 700, 300, 4.0, (101.0, 8.0), 0.43, (), "bhatia-davis")
+    with pytest.raises(_metrics.MetricsError, match=r"interval \[101.00, 8.00\] does not hold .* 4.00"):
+        _metrics.check_invariants(window, stats)
+
+
+def test_possible_counters_pass_the_invariants():
+    after = spec_page(100, 700, 300, [100, 100, 50, 50, 0, 0, 0])
+    with HostileServer(pages=[BEFORE, after], completion=GOOD_COMPLETION) as server:
+        outcome = run_gate(settings(server.url, requests=2, settle_seconds=0.2, min_drafts=1))
+    assert outcome.passed and outcome.report["mean_acceptance_length"] == 4.0
+
+
+@pytest.mark.parametrize("where", ["metrics", "completions"])
+def test_a_dripping_body_cannot_outlast_the_gate_deadline(where):
+    with HostileServer(pages=[BEFORE], completion=GOOD_COMPLETION, drip=where) as server:
+        finished, result = run_in_thread(settings(server.url, requests=2, timeout=5.0, deadline=1.5))
+    assert finished, "the gate was still reading a dripping body long after its deadline"
+    assert isinstance(result, GateError), result
+    assert "did not finish within its deadline of 1.5 s" in str(result) and "raise deadline" in str(result)
+
+
+def test_the_deadline_defaults_to_what_a_healthy_slow_server_needs():
+    from ansible_collections.vllm_ops.dflash.plugins.module_utils._gate import gate_deadline
+
+    assert gate_deadline(GateSettings(timeout=10, requests=24, concurrency=4, settle_seconds=5)) == 10 * (6 + 3) + 5
+    assert gate_deadline(GateSettings(deadline=42)) == 42
+
+
+def test_a_huge_metrics_page_is_cut_off_at_the_cap():
+    sent = []
+
+    def stream():
+        line = b"# filler " + b"x" * 1014 + b"\n"
+        for _ in range(_gate_module().MAX_METRICS_BYTES // len(line) + 64):
+            sent.append(len(line))
+            yield line
+
+    with HostileServer(metrics_stream=stream) as server, pytest.raises(GateError) as error:
+        run_gate(settings(server.url))
+    assert str(error.value).startswith(f"{server.url}/metrics sent more than 16 MiB")
+
+
+def _gate_module():
+    from ansible_collections.vllm_ops.dflash.plugins.module_utils import _gate
+
+    return _gate
+
+
+@pytest.mark.parametrize("tokens", ["many", 1.5, -3, True, None])
+def test_a_non_numeric_completion_tokens_is_a_failed_request(tokens):
+    body = json.dumps({"choices": [{"text": "ok"}], "usage": {"completion_tokens": tokens}}).encode()
+    after = spec_page(100, 700, 300, [100, 100, 50, 50, 0, 0, 0])
+    with HostileServer(pages=[BEFORE, after], completion=body) as server:
+        outcome = run_gate(settings(server.url, requests=2, settle_seconds=0.2, min_drafts=1))
+    if tokens is None:  # vLLM always counts; null is read as 0, not an error
+        assert outcome.passed
+        return
+    assert not outcome.passed and outcome.report["requests_failed"] == 2
+    assert f"usage.completion_tokens {tokens!r}, not a count" in outcome.report["errors"][0]["error"]
+
+
+def test_credentials_in_the_url_are_refused_and_never_shown():
+    with pytest.raises(GateError) as error:
+        run_gate(settings("http://admin:s3cr3t-pw@127.0.0.1:1"))
+    assert "carries credentials" in str(error.value) and "api_key" in str(error.value)
+    assert "s3cr3t-pw" not in str(error.value) and "admin" not in str(error.value)

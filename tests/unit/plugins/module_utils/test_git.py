@@ -232,3 +232,26 @@ def test_merge_base_diff_and_a_separate_upstream(tiny, mirror, tmp_path):
     assert rev_parse(other, "refs/vllm-ops/precompiled-base/x") == orphan
     assert merge_base(other, orphan, shas["c3"]) is None
     git(repo, "update-ref", "-d", "refs/heads/unrelated-up")
+
+
+@pytest.mark.parametrize(
+    "allowing_env",
+    [
+        {"GIT_ALLOW_PROTOCOL": "ext:file"},
+        {"GIT_CONFIG_PARAMETERS": "'protocol.ext.allow'='always'"},
+        {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "protocol.allow", "GIT_CONFIG_VALUE_0": "always"},
+    ],
+    ids=["GIT_ALLOW_PROTOCOL", "config-parameters", "config-count"],
+)
+def test_ext_transport_is_never_executed_even_where_the_environment_allows_it(tmp_path, monkeypatch, allowing_env):
+    marker = tmp_path / "pwned"
+    for name, value in allowing_env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(GitError) as info:
+        resolve_remote(f"ext::sh -c touch% {marker}", "main", timeout=30)
+    assert not marker.exists()
+    assert "transport 'ext' not allowed" in str(info.value)
+
+
+def test_git_env_allows_only_the_plain_transports():
+    assert git_env({"GIT_ALLOW_PROTOCOL": "ext"})["GIT_ALLOW_PROTOCOL"] == "file:git:http:https:ssh"

@@ -88,3 +88,21 @@ def test_lock_is_not_inherited_by_subprocesses(tmp_path):
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def test_a_shared_lock_writes_nothing_and_waits_for_a_writer(tmp_path):
+    root = str(tmp_path)
+    with host_lock(root, timeout=0):
+        pass
+    lock = tmp_path / ".lock"
+    os.chmod(lock, 0o444)  # readers need no write access (a full disk, a read-only mount)
+    with host_lock(root, timeout=0, shared=True), host_lock(root, timeout=0, shared=True):
+        assert lock.read_text() == ""
+    os.chmod(lock, 0o644)
+    child = _hold_in_child(root, 30)
+    try:
+        with pytest.raises(LockTimeout, match=f"process {child.pid}"), host_lock(root, timeout=0, shared=True):
+            pass
+    finally:
+        child.kill()
+        child.wait()

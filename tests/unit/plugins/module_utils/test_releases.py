@@ -7,8 +7,10 @@ import json
 import os
 import shutil
 import threading
+from pathlib import Path
 
 import pytest
+import yaml
 from ansible_collections.vllm_ops.dflash.plugins.module_utils import _releases
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._lock import host_lock
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._releases import (
@@ -184,9 +186,9 @@ def test_activate_rejects_ambiguous_prefix(tmp_path):
 
 
 def test_activate_rejects_incomplete_release(host):
-    make_release(host, "0123456789ab-halfdone", "0" * 40, None, complete=False)
+    make_release(host, "0123456789ab-0000dead", "0" * 40, None, complete=False)
     with pytest.raises(ReleaseError, match=r"has no manifest.json: its build did not finish"):
-        act(host, "activate", release="0123456789ab-halfdone")
+        act(host, "activate", release="0123456789ab-0000dead")
 
 
 def test_activate_rejects_corrupt_manifest(host):
@@ -321,7 +323,7 @@ def test_prune_keeps_newest_current_and_previous(host):
     make_release(host, name_of(5), commit_of(5), "2026-11-05T00:00:00Z")
     act(host, "activate", release=name_of(1))
     act(host, "activate", release=name_of(2))
-    (host / "releases" / ".prune-leftover.0").mkdir()  # an interrupted earlier prune
+    (host / "releases" / (".prune-" + name_of(9) + "." + "0" * 32)).mkdir()  # an interrupted earlier prune
     result = act(host, "prune", keep_releases=1)
     assert result["pruned"] == [name_of(4), name_of(3)]
     assert sorted(os.listdir(host / "releases")) == sorted([name_of(5), name_of(2), name_of(1)])
@@ -363,15 +365,15 @@ def test_prune_zero_keeps_only_current_and_previous(host):
 
 def test_prune_removes_unfinished_builds_and_forgets_vanished_ones(host):
     act(host, "activate", release=name_of(4))
-    make_release(host, "0123456789ab-halfdone", "0" * 40, None, complete=False)
+    make_release(host, "0123456789ab-0000dead", "0" * 40, None, complete=False)
     shutil.rmtree(host / "releases" / name_of(1))
-    assert act(host, "status")["incomplete"] == ["0123456789ab-halfdone"]
+    assert act(host, "status")["incomplete"] == ["0123456789ab-0000dead"]
     result = act(host, "prune", keep_releases=3)
-    assert result["pruned"] == ["0123456789ab-halfdone"]
+    assert result["pruned"] == ["0123456789ab-0000dead"]
     assert result["incomplete"] == []
     assert result["forgotten"] == [name_of(1)]
-    assert not (host / "releases" / "0123456789ab-halfdone").exists()
-    assert not (host / "wheels" / "0123456789ab-halfdone").exists()
+    assert not (host / "releases" / "0123456789ab-0000dead").exists()
+    assert not (host / "wheels" / "0123456789ab-0000dead").exists()
     assert not (host / "wheels" / name_of(1)).exists()
     assert name_of(1) not in state_of(host)["releases"]
     assert sorted(os.listdir(host / "releases")) == sorted(name_of(i) for i in (2, 3, 4))
@@ -379,22 +381,22 @@ def test_prune_removes_unfinished_builds_and_forgets_vanished_ones(host):
 
 def test_prune_never_removes_protected_releases(host):
     """A build holding the lock prunes with its new release protected, even an unfinished one."""
-    make_release(host, "0123456789ab-building", "0" * 40, None, complete=False)
+    make_release(host, "0123456789ab-0000b111", "0" * 40, None, complete=False)
     with host_lock(str(host), 5):
-        result = apply_action(str(host), "prune", keep_releases=0, protect=[name_of(1), "0123456789ab-building"])
+        result = apply_action(str(host), "prune", keep_releases=0, protect=[name_of(1), "0123456789ab-0000b111"])
     assert result["pruned"] == [name_of(4), name_of(3), name_of(2)]
-    assert sorted(os.listdir(host / "releases")) == sorted([name_of(1), "0123456789ab-building"])
+    assert sorted(os.listdir(host / "releases")) == sorted([name_of(1), "0123456789ab-0000b111"])
 
 
 def test_prune_of_only_debris_is_a_change(host):
     act(host, "activate", release=name_of(1))
     act(host, "prune", keep_releases=5)
-    (host / "releases" / "0123456789ab-halfdone").mkdir()
+    (host / "releases" / "0123456789ab-0000dead").mkdir()
     before = snapshot(host)
     assert act(host, "prune", keep_releases=5, check_mode=True)["changed"] is True
     assert snapshot(host) == before
     assert act(host, "prune", keep_releases=5)["changed"] is True
-    assert not (host / "releases" / "0123456789ab-halfdone").exists()
+    assert not (host / "releases" / "0123456789ab-0000dead").exists()
 
 
 def test_prune_rejects_negative_keep(host):
@@ -552,3 +554,126 @@ def test_unknown_action(host):
 
 def test_status_resolves_a_given_release(host):
     assert act(host, "status", release=commit_of(2)[:9])["release"] == name_of(2)
+
+
+# ----------------------------------------------------------------------------------- issue 14 faults
+
+
+def test_prune_leaves_a_symlinked_releases_dir_alone(host, tmp_path):
+    """releases/ -> elsewhere: prune deleted unrelated directories there (no manifest = 'debris')."""
+    elsewhere = tmp_path / "elsewhere"
+    shutil.move(str(host / "releases"), str(elsewhere))
+    (elsewhere / "photos").mkdir()
+    (elsewhere / "0123456789ab-0000dead").mkdir()  # looks like debris, but in someone else's directory
+    os.symlink(str(elsewhere), host / "releases")
+    before = sorted(os.listdir(elsewhere))
+    result = act(host, "prune", keep_releases=0)
+    assert sorted(os.listdir(elsewhere)) == before
+    assert result["pruned"] == [] and result["changed"] is False
+    assert any("nothing pruned" in w and "is a symlink" in w and "Fix:" in w for w in result["warnings"])
+
+
+def test_prune_leaves_a_symlinked_wheels_dir_alone(host, tmp_path):
+    elsewhere = tmp_path / "wheels-elsewhere"
+    shutil.move(str(host / "wheels"), str(elsewhere))
+    os.symlink(str(elsewhere), host / "wheels")
+    before = sorted(os.listdir(elsewhere))
+    result = act(host, "prune", keep_releases=0)
+    assert sorted(os.listdir(elsewhere)) == before and result["pruned"] == []
+
+
+def test_prune_deletes_only_names_the_collection_makes(host):
+    """A mount point's lost+found or an operator's directory under releases/ is not a release."""
+    for name in ("lost+found", "notes", "0123456789AB-0000DEAD", "0123456789ab-0000dead-old"):
+        (host / "releases" / name).mkdir()
+    (host / "releases" / "notes" / "manifest.json").write_text('{"commit": "' + "a" * 40 + '"}')
+    (host / "releases" / "0123456789ab-0000dead").mkdir()  # ours: debris of an interrupted build
+    (host / "releases" / ".half-copied").mkdir()  # hidden, not a prune's leftover
+    result = act(host, "prune", keep_releases=0)
+    left = set(os.listdir(host / "releases"))
+    assert {"lost+found", "notes", "0123456789AB-0000DEAD", "0123456789ab-0000dead-old", ".half-copied"} <= left
+    assert "0123456789ab-0000dead" not in left and "0123456789ab-0000dead" in result["pruned"]
+    assert "notes" not in {item["name"] for item in result["releases"]}  # never adopted
+    assert any("left alone" in w and "lost+found" in w and "notes" in w for w in result["warnings"])
+
+
+def test_a_forgotten_name_from_state_json_deletes_nothing_outside(host, tmp_path):
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    state = {"schema": 1, "current": None, "previous": None, "releases": {"../../victim": {"status": "built"}}}
+    (host / "state.json").write_text(json.dumps(state))
+    result = act(host, "prune", keep_releases=3)
+    assert "../../victim" in result["forgotten"] and victim.is_dir()
+
+
+@pytest.mark.parametrize(
+    ("state", "problem"),
+    [
+        ({"current": 7}, "'current' is 7, not a release name or null"),
+        ({"previous": ["x"]}, "'previous' is ['x'], not a release name or null"),
+        ({"releases": {"@": {"status": "great"}}}, "status 'great', not one of built, active, good, failed"),
+        ({"releases": {"@": {"status": "good", "created_at": 20261101}}}, "created_at 20261101, not a string"),
+        ({"releases": {"@": {"status": "good", "gate": "passed"}}}, "gate 'passed', not an object or null"),
+        ({"history": [{"action": "activate", "release": 3}]}, "history[0] has release 3, not a string or null"),
+    ],
+    ids=["current", "previous", "status", "created_at", "gate", "history"],
+)
+def test_state_with_wrong_value_types_is_refused_before_any_change(host, state, problem):
+    act(host, "activate", release=name_of(1))
+    data = state_of(host)
+    for key, value in state.items():
+        if key == "releases":
+            data["releases"].update({name_of(1) if k == "@" else k: v for k, v in value.items()})
+        else:
+            data[key] = value
+    (host / "state.json").write_text(json.dumps(data))
+    before = snapshot(host)
+    for action, kwargs in (("activate", {"release": name_of(2)}), ("rollback", {}), ("prune", {"keep_releases": 0})):
+        with pytest.raises(ReleaseError) as error:
+            act(host, action, **kwargs)
+        assert problem in str(error.value) and "fix it or move it aside" in str(error.value)
+        assert snapshot(host) == before  # current not swapped, state.json not rewritten, nothing removed
+
+
+def test_status_works_on_a_full_disk(host, monkeypatch):
+    act(host, "activate", release=name_of(1))  # the lock file exists from now on
+
+    def no_space(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "pwrite", no_space)
+    monkeypatch.setattr(os, "ftruncate", no_space)
+    assert run_action(str(host), "status")["current"] == name_of(1)
+
+
+def test_last_good_is_the_release_that_served_last_with_a_passed_gate(host):
+    assert act(host, "status")["last_good"] is None
+    act(host, "activate", release=name_of(1))
+    assert act(host, "status")["last_good"] is None  # active, never gated
+    act(host, "mark_good", release=name_of(1))
+    act(host, "activate", release=name_of(2))  # a rollout that died before its gate
+    result = act(host, "status")
+    assert (result["current"], result["last_good"]) == (name_of(2), name_of(1))
+    act(host, "mark_failed", release=name_of(2))
+    assert act(host, "status")["last_good"] == name_of(1)
+    act(host, "mark_good", release=name_of(2))
+    assert act(host, "status")["last_good"] == name_of(2)
+    act(host, "activate", release=name_of(3))
+    shutil.rmtree(host / "releases" / name_of(2))  # gone: not a target any more
+    assert act(host, "status")["last_good"] == name_of(1)
+
+
+def test_the_rescue_swap_keeps_the_last_good_release_good(host):
+    """dflash_gate's rollback swaps with action=rollback: activate would make the target `active`, and the
+    next failed rollout would then go back past it."""
+    act(host, "activate", release=name_of(1))
+    act(host, "mark_good", release=name_of(1))
+    act(host, "activate", release=name_of(2))
+    back = act(host, "rollback", release=name_of(1))
+    assert dict(statuses(back))[name_of(1)] == "good" and back["last_good"] == name_of(1)
+    act(host, "activate", release=name_of(3))
+    assert act(host, "status")["last_good"] == name_of(1)
+    tasks = yaml.safe_load((Path(__file__).resolve().parents[4] / "roles/dflash_gate/tasks/rollback.yml").read_text())
+    block = next(t for t in tasks if t.get("name") == "Roll back to the last good release")["block"]
+    swap = next(t for t in block if t["name"] == "Swap current back")["vllm_ops.dflash.vllm_release"]
+    assert swap["action"] == "rollback"

@@ -162,3 +162,17 @@ def test_gate_against_the_fixture_engine(tmp_path, fixture_engine):
     assert result["per_position_acceptance"] == pytest.approx([1, 1, 0, 0, 0, 0, 0])
     assert result["draft_acceptance_rate"] == pytest.approx(2 / 7)
     assert result["drafts"] == 24 * 21  # ceil((64 - 1) / 3) drafts per request
+
+
+def test_a_password_in_the_url_is_refused_and_masked_everywhere(tmp_path):
+    result, raw = run_module(tmp_path, url="http://gate:pw-9f8e7d@127.0.0.1:1", model="tiny")
+    assert result["failed"] is True
+    assert "carries credentials (user:password@)" in result["msg"] and "api_key" in result["msg"]
+    assert "pw-9f8e7d" not in raw  # invocation.module_args included
+
+
+def test_the_deadline_option_reaches_the_gate(tmp_path):
+    with FakeVLLM(response_delay=3.0) as fake:
+        result, _ = run_module(tmp_path, url=fake.url, model="tiny", requests=2, timeout=30, deadline=1)
+    assert result["failed"] is True
+    assert "deadline of 1 s" in result["msg"] or "deadline of 1 s" in json.dumps(result.get("report", {}))

@@ -21,8 +21,9 @@ description:
     naming repo, revision and file.
   - Source V(path) copies a directory on the host (air-gapped hosts) into the same layout, named by
     O(models[].revision), each file checked against O(models[].checksums) when given.
-  - The verdict is written to O(record) - C({"files": {<snapshot file>: <sha256>}, "models": {...}}), the form
-    M(vllm_ops.dflash.dflash_drift)'s C(recorded_inputs) reads, so the deploy's look sees a file changed in place.
+  - The verdict is written to O(record) - a C(files) map of every snapshot file to its sha256, and per model its
+    repo, revision, commit and snapshot - the form M(vllm_ops.dflash.dflash_drift)'s C(recorded_inputs) reads, so
+    the deploy's look sees a file changed in place.
 version_added: 0.2.0
 author: vllm_ops maintainers (@vllm-ops)
 extends_documentation_fragment:

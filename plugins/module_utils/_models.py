@@ -220,21 +220,12 @@ _HUB_FIXES = {
 }
 
 
-def _stage_from_hub(
-    spec: ModelSpec,
-    cache_dir: str,
-    python: str,
-    env: Mapping[str, str],
-    timeout: float,
-    check_mode: bool,
-    runner: Runner,
+def _plan_hub(
+    spec: ModelSpec, cache_dir: str, python: str, env: Mapping[str, str], timeout: float, runner: Runner
 ) -> Dict[str, Any]:
-    request: Dict[str, Any] = {
-        "repo_id": spec.repo_id,
-        "revision": spec.revision,
-        "allow_patterns": spec.allow_patterns,
-    }
-    request.update({"cache_dir": cache_dir, "download": False})
+    """Ask the hub for the listing (an unknown repo or revision is refused here) and hash what is staged."""
+    request: Dict[str, Any] = {"repo_id": spec.repo_id, "revision": spec.revision}
+    request.update({"allow_patterns": spec.allow_patterns, "cache_dir": cache_dir, "download": False})
     listed = runner(python, request, env, timeout)
     if "error" in listed:
         fix = _HUB_FIXES.get(listed["error"], "see the message.")
@@ -247,10 +238,27 @@ def _stage_from_hub(
         )
     snapshot = snapshot_dir(cache_dir, spec.repo_id, commit)
     before = _mismatches(spec, commit, listing, snapshot)
-    if not before["problems"]:
-        return {"commit": commit, "snapshot": snapshot, "files": before["files"], "changed": False}
-    if check_mode:
-        return {"commit": commit, "snapshot": snapshot, "files": {}, "changed": True}
+    staged = not before["problems"]
+    return {
+        "commit": commit,
+        "snapshot": snapshot,
+        "files": before["files"] if staged else {},
+        "changed": not staged,
+        "apply": lambda: _download(spec, request, commit, listing, snapshot, python, env, timeout, runner),
+    }
+
+
+def _download(
+    spec: ModelSpec,
+    request: Mapping[str, Any],
+    commit: str,
+    listing: Mapping[str, Any],
+    snapshot: str,
+    python: str,
+    env: Mapping[str, str],
+    timeout: float,
+    runner: Runner,
+) -> Dict[str, Any]:
     downloaded = runner(python, dict(request, download=True, revision=commit), env, timeout)
     if "error" in downloaded:
         fix = _HUB_FIXES.get(downloaded["error"], "see the message.")
@@ -265,7 +273,7 @@ def _stage_from_hub(
             "the download differs from the hub's listing (a corrupt mirror or proxy?); the file was removed from "
             "the cache, nothing else changed - re-run, or stage from a verified path.",
         )
-    return {"commit": commit, "snapshot": snapshot, "files": after["files"], "changed": True}
+    return after["files"]
 
 
 def _link(blob: str, link: str) -> None:
@@ -277,9 +285,13 @@ def _link(blob: str, link: str) -> None:
     os.replace(tmp, link)
 
 
-def _stage_from_path(spec: ModelSpec, cache_dir: str, check_mode: bool) -> Dict[str, Any]:
+def _plan_path(spec: ModelSpec, cache_dir: str, check_mode: bool) -> Dict[str, Any]:
+    """Hash the host directory and check it against `checksums`; what copying it would change."""
     source = str(spec.path)
+    snapshot = snapshot_dir(cache_dir, spec.repo_id, spec.revision)
     if not os.path.isdir(source):
+        if check_mode:  # a controller directory is copied there first, which check mode does not do
+            return {"commit": spec.revision, "snapshot": snapshot, "files": {}, "changed": True, "apply": None}
         raise StageError(f"{spec.repo_id}: source path {source} is not a directory. Fix: copy the model there first.")
     relpaths = [p for p in _snapshot_files(source) if _allowed(p, spec.allow_patterns)]
     if not relpaths:
@@ -297,24 +309,43 @@ def _stage_from_path(spec: ModelSpec, cache_dir: str, check_mode: bool) -> Dict[
         raise _refusal(spec, spec.revision, problems, f"copy the files of that revision into {source} again.")
     verified_by = "sha256 (checksums)" if spec.checksums else "none (no checksums given)"
     files = {p: {"sha256": h["sha256"], "size": h["size"], "verified_by": verified_by} for p, h in hashes.items()}
-    snapshot = snapshot_dir(cache_dir, spec.repo_id, spec.revision)
+    stale = [
+        relpath
+        for relpath in relpaths
+        if not (
+            os.path.isfile(os.path.join(snapshot, relpath))
+            and hash_file(os.path.join(snapshot, relpath))["sha256"] == hashes[relpath]["sha256"]
+        )
+    ]
+    return {
+        "commit": spec.revision,
+        "snapshot": snapshot,
+        "files": files,
+        "changed": bool(stale),
+        "apply": lambda: _copy(spec, source, stale, hashes, cache_dir, snapshot, files),
+    }
+
+
+def _copy(
+    spec: ModelSpec,
+    source: str,
+    relpaths: Sequence[str],
+    hashes: Mapping[str, Any],
+    cache_dir: str,
+    snapshot: str,
+    files: Dict[str, Any],
+) -> Dict[str, Any]:
+    """Copy into the cache's blobs (named by sha256) and link the snapshot to them, as huggingface_hub does."""
     blobs = os.path.join(repo_dir(cache_dir, spec.repo_id), "blobs")
-    changed = False
     for relpath in relpaths:
-        link = os.path.join(snapshot, relpath)
-        if os.path.isfile(link) and hash_file(link)["sha256"] == hashes[relpath]["sha256"]:
-            continue
-        changed = True
-        if check_mode:
-            continue
         blob = os.path.join(blobs, hashes[relpath]["sha256"])
         os.makedirs(blobs, exist_ok=True)
         tmp = blob + ".incomplete"
         shutil.copyfile(os.path.join(source, relpath), tmp)
         os.chmod(tmp, 0o644)
         os.replace(tmp, blob)
-        _link(blob, link)
-    return {"commit": spec.revision, "snapshot": snapshot, "files": files, "changed": changed}
+        _link(blob, os.path.join(snapshot, relpath))
+    return files
 
 
 def stage_models(
@@ -336,24 +367,28 @@ def stage_models(
     child_env = dict(env if env is not None else os.environ)
     # The staging run must reach the hub (the unit's HF_HUB_OFFLINE does not apply) and print nothing but JSON.
     child_env.update({"HF_HUB_OFFLINE": "0", "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"})
+    # Every model is checked first (listing, revision, checksums), so that a refusal of the drafter leaves
+    # the target unstaged too; only then is anything downloaded or copied.
+    plans = [
+        _plan_hub(spec, cache_dir, python, child_env, timeout, runner)
+        if spec.source == "hub"
+        else _plan_path(spec, cache_dir, check_mode)
+        for spec in specs
+    ]
     models: Dict[str, Any] = {}
-    changed = False
-    for spec in specs:
-        if spec.source == "hub":
-            staged = _stage_from_hub(spec, cache_dir, python, child_env, timeout, check_mode, runner)
-        else:
-            staged = _stage_from_path(spec, cache_dir, check_mode)
-        changed = changed or staged["changed"]
+    for spec, plan in zip(specs, plans):
+        files = plan["apply"]() if plan["changed"] and not check_mode else plan["files"]
         models[spec.name] = {
             "repo_id": spec.repo_id,
             "revision": spec.revision,
-            "commit": staged["commit"],
+            "commit": plan["commit"],
             "moving_revision": spec.moving,
             "source": spec.source,
-            "snapshot": staged["snapshot"],
-            "files": staged["files"],
-            "changed": staged["changed"],
+            "snapshot": plan["snapshot"],
+            "files": files,
+            "changed": plan["changed"],
         }
+    changed = any(plan["changed"] for plan in plans)
     result: Dict[str, Any] = {"models": models, "record": record, "record_changed": False}
     if record:
         content = {

@@ -201,3 +201,22 @@ def test_a_python_without_huggingface_hub_is_named(tmp_path):
 
 def _no_hub() -> bool:
     return subprocess.run([sys.executable, "-c", "import huggingface_hub"], capture_output=True).returncode != 0
+
+
+def test_a_refused_drafter_leaves_the_target_unstaged_too(hub, tmp_path):
+    target = hub.add_commit(
+        "org/target", {"config.json": CONFIG, "model.safetensors": WEIGHTS}, lfs=("model.safetensors",)
+    )
+    env = dict(os.environ, HF_ENDPOINT=hub.url)
+    specs = [ModelSpec("target", "org/target", target), ModelSpec("drafter", "org/drafter", "d" * 40)]
+    with pytest.raises(StageError, match="org/drafter at revision " + "d" * 40):
+        stage_models(specs, str(tmp_path / "hub"), record=str(tmp_path / "models.json"), python=hub_python(), env=env)
+    assert not (tmp_path / "hub").exists() and hub.downloads == {}
+
+
+def test_check_mode_plans_a_directory_the_role_has_not_copied_yet(tmp_path):
+    spec = ModelSpec("drafter", "org/drafter", "a" * 40, source="path", path=str(tmp_path / "not-yet"))
+    planned = stage_models([spec], str(tmp_path / "hub"), check_mode=True)
+    assert planned["changed"] and planned["models"]["drafter"]["files"] == {}
+    with pytest.raises(StageError, match=r"is not a directory\. Fix: copy the model there first"):
+        stage_models([spec], str(tmp_path / "hub"))

@@ -111,8 +111,8 @@ def pinned(tmp_path: Path, drafter_checksums: Dict[str, str]) -> Dict[str, Any]:
     (drafter / "config.json").write_bytes(DRAFTER.read_bytes())
     return {
         "vllm_hf_home": str(tmp_path / "hf"),
+        "vllm_model": "fixture/tiny-qwen3",  # the target's repo id by default
         "vllm_target_model": {
-            "repo_id": "fixture/tiny-qwen3",
             "revision": "a" * 40,
             "source": "path",
             "path": str(target),

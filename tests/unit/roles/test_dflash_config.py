@@ -98,3 +98,81 @@ def test_an_unknown_serve_flag_is_refused_before_any_file_is_written(tmp_path):
     out = " ".join(proc.stdout.split())
     assert "--enable-prefix-cachin is not a flag of vLLM 0.33.0" in out and "rename it enable-prefix-caching" in out
     assert not (tmp_path / "etc").exists()
+
+
+def pinned(tmp_path: Path, drafter_checksums: Dict[str, str]) -> Dict[str, Any]:
+    """Variables for a target staged from a host directory and a drafter from a controller directory."""
+    target = tmp_path / "host-copy"
+    target.mkdir(exist_ok=True)
+    (target / "config.json").write_text(json.dumps({"architectures": ["Qwen3ForCausalLM"]}))
+    (target / "model.safetensors").write_bytes(b"\x01" * 4096)
+    drafter = tmp_path / "controller-copy"
+    drafter.mkdir(exist_ok=True)
+    (drafter / "config.json").write_bytes(DRAFTER.read_bytes())
+    return {
+        "vllm_hf_home": str(tmp_path / "hf"),
+        "vllm_model": "fixture/tiny-qwen3",  # the target's repo id by default
+        "vllm_target_model": {
+            "revision": "a" * 40,
+            "source": "path",
+            "path": str(target),
+        },
+        "dflash_drafter_model": {
+            "repo_id": "fixture/tiny-dflash",
+            "revision": "b" * 40,
+            "controller_path": str(drafter),
+            "checksums": drafter_checksums,
+        },
+        "vllm_speculative_config": {"method": "dflash"},
+        "vllm_served_model_name": "",
+        "dflash_drafter_config": "",
+    }
+
+
+def test_pinned_models_are_staged_and_served_from_their_snapshots(tmp_path):
+    import hashlib
+
+    from ansible_collections.vllm_ops.dflash.plugins.module_utils._drift import recorded_differences
+
+    sums = {"config.json": hashlib.sha256(DRAFTER.read_bytes()).hexdigest()}
+    proc = play(tmp_path, **pinned(tmp_path, sums))
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    hub = tmp_path / "hf" / "hub"
+    target = hub / "models--fixture--tiny-qwen3" / "snapshots" / ("a" * 40)
+    drafter = hub / "models--fixture--tiny-dflash" / "snapshots" / ("b" * 40)
+    serve = yaml.safe_load((tmp_path / "etc" / "default.yaml").read_text())
+    assert (serve["model"], serve["revision"], serve["served-model-name"]) == (
+        str(target),
+        "a" * 40,
+        "fixture/tiny-qwen3",
+    )
+    assert serve["speculative-config"] == {
+        "method": "dflash",
+        "model": str(drafter),
+        "revision": "b" * 40,
+        "num_speculative_tokens": 7,  # the preflight read the staged drafter config.json
+    }
+    passed = json.loads((tmp_path / "etc" / "default.drafter.json").read_text())["files"]
+    assert list(passed) == [str(drafter / "config.json")]
+    # The look: the controller knows the snapshot paths of pinned commits, and the record covers every file.
+    expected = json.loads((tmp_path / "expected.json").read_text())
+    for item in expected:
+        assert FileExpectation.from_dict(item).difference() is None, item
+    record = tmp_path / "etc" / "default.models.json"
+    assert sorted(json.loads(record.read_text())["files"]) == sorted(
+        [str(target / "config.json"), str(target / "model.safetensors"), str(drafter / "config.json")]
+    )
+    assert recorded_differences(str(record)) == []
+    (target / "model.safetensors").resolve().write_bytes(b"\x02" * 4096)  # changed in place
+    assert recorded_differences(str(record)) == [
+        f"{target / 'model.safetensors'} changed since it was recorded in {record}"
+    ]
+
+
+def test_a_pinned_model_with_a_wrong_checksum_is_refused_before_any_config_file(tmp_path):
+    proc = play(tmp_path, **pinned(tmp_path, {"config.json": "0" * 64}))
+    assert proc.returncode != 0
+    out = " ".join(proc.stdout.split())
+    assert f"fixture/tiny-dflash at revision {'b' * 40}" in out and "config.json has sha256" in out
+    assert not (tmp_path / "etc").exists()
+    assert not (tmp_path / "hf" / "hub").exists()  # checked before anything is copied, the target included

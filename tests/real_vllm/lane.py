@@ -1,0 +1,331 @@
+"""The real-vLLM lane (`make real-vllm`): vllm_build's decision and build on real vLLM source, not the fixture.
+
+From scratch on any machine that reaches PyPI (about 4 GB downloaded; not part of `make test`):
+  1. the vLLM sdist and its release wheel from PyPI by name (sources.py), uv into <dir>/tools when absent;
+  2. a fork repo made from the sdist: `v<version>` on `main`, one branch per compiled path (sources.FORKS);
+  3. vllm_build's core in check mode on each branch, as a user would call it (precompiled: auto, the
+     release wheel as precompiled_wheel): decided vs the right answer, and the reason;
+  4. a real build of the python-only branch on the precompiled path with uv, then vllm_facts' core on it;
+  5. the figures, as markdown, to docs/real-vllm/<UTC date>.md (and JSON to <dir>/lane-result.json).
+Exit status 1 when a decision is wrong or the build or facts fail. Everything heavy lives in <dir>
+(--dir, default $REAL_VLLM_DIR or .cache/real-vllm), never in the checkout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT / ".cache" / "ac"))
+_LINK = ROOT / ".cache" / "ac" / "ansible_collections" / "vllm_ops" / "dflash"
+if not _LINK.exists():
+    _LINK.parent.mkdir(parents=True, exist_ok=True)
+    os.symlink(ROOT, _LINK)
+
+import sources  # noqa: E402
+
+VERSION = "0.26.0"
+UV_VERSION = "0.13.9"  # the uv the collection's tests pin (tests/helpers/tiny_repo.py)
+
+
+def default_dir() -> str:
+    return os.environ.get("REAL_VLLM_DIR") or str(ROOT / ".cache" / "real-vllm")
+
+
+def base_python() -> str:
+    """The interpreter behind the running venv (a pyenv shim or venv python would be a wrapper)."""
+    for name in (f"python{sys.version_info[0]}.{sys.version_info[1]}", "python3"):
+        candidate = os.path.join(sys.base_prefix, "bin", name)
+        if os.access(candidate, os.X_OK):
+            return candidate
+    return shutil.which("python3") or sys.executable
+
+
+def ensure_uv(directory: str) -> str:
+    """A bin dir holding only `uv` (put first on PATH: a venv's bin would also shadow python3)."""
+    bindir = os.path.join(directory, "tools", "bin")
+    link = os.path.join(bindir, "uv")
+    if os.access(link, os.X_OK):
+        return bindir
+    found = shutil.which("uv")
+    if not found:
+        venv = os.path.join(directory, "tools", "venv")
+        subprocess.run([base_python(), "-m", "venv", venv], check=True)
+        subprocess.run([os.path.join(venv, "bin", "pip"), "install", "-q", f"uv=={UV_VERSION}"], check=True)
+        found = os.path.join(venv, "bin", "uv")
+    os.makedirs(bindir, exist_ok=True)
+    os.symlink(found, link)
+    return bindir
+
+
+def prepare(directory: str) -> Dict[str, Any]:
+    """sdist, wheel, uv and the fork repo under `directory`; returns their paths and the repo's commits."""
+    os.makedirs(os.path.join(directory, "logs"), exist_ok=True)
+    started = time.monotonic()
+    sdist = sources.fetch_sdist("vllm", VERSION, os.path.join(directory, "sdist"))
+    wheel = sources.fetch_wheel(sys.executable, "vllm", VERSION, os.path.join(directory, "wheels"))
+    bindir = ensure_uv(directory)
+    os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
+    repo = os.path.join(directory, "vllm")
+    commits = sources.commits(repo) if os.path.isdir(os.path.join(repo, ".git")) else {}
+    if any(fork.branch not in commits for fork in sources.FORKS) or f"v{VERSION}" not in commits:
+        commits = sources.make_repo(sdist, repo, VERSION)
+    return {
+        "sdist": sdist,
+        "wheel": wheel,
+        "repo": repo,
+        "commits": commits,
+        "uv": subprocess.run(["uv", "--version"], capture_output=True, text=True, check=True).stdout.strip(),
+        "prepare_seconds": round(time.monotonic() - started, 1),
+    }
+
+
+def build_params(**given: Any) -> Dict[str, Any]:
+    """vllm_build's parameters as the module would validate them: the argument spec's defaults + `given`."""
+    from ansible_collections.vllm_ops.dflash.plugins.module_utils import _build
+
+    params = {name: spec.get("default") for name, spec in _build.BUILD_ARGUMENT_SPEC.items()}
+    unknown = set(given) - set(params)
+    if unknown:
+        raise SystemExit(f"options not in vllm_build's argument spec: {sorted(unknown)}")
+    params.update(given)
+    return params
+
+
+def run_build(params: Dict[str, Any], check_mode: bool) -> Dict[str, Any]:
+    from ansible_collections.vllm_ops.dflash.plugins.module_utils import _build
+
+    return _build.build(_build.build_options(params), check_mode=check_mode)
+
+
+def seed_mirror(root: str, repo: str) -> None:
+    """Check mode reads the mirror as it is; a host that built once holds it (fetch it like a build would)."""
+    from ansible_collections.vllm_ops.dflash.plugins.module_utils import _git
+
+    url = _git.normalize_repo(repo)
+    _git.ensure_mirror(url, _git.mirror_path(root, url), 600.0)
+
+
+def decisions(env: Dict[str, Any], root: str, python: str) -> List[Dict[str, Any]]:
+    seed_mirror(root, env["repo"])
+    rows = []
+    for fork in sources.FORKS:
+        if fork.branch == "upstream-next":
+            continue  # the stale base's line itself, not a fork ref
+        params = build_params(
+            repo=env["repo"],
+            ref=fork.branch,
+            root=root,
+            python=python,
+            installer="uv",
+            precompiled="auto",
+            precompiled_wheel=env["wheel"],
+            precompiled_base=fork.base,
+        )
+        started = time.monotonic()
+        try:
+            result = run_build(params, check_mode=True)
+            decided, reason, error = result.get("precompiled"), result.get("precompiled_reason"), None
+        except Exception as exc:  # a refusal is a finding to record, not a crash of the lane
+            result, decided, reason, error = {}, None, None, f"{type(exc).__name__}: {exc}"
+        rows.append(
+            {
+                "branch": fork.branch,
+                "changes": fork.what,
+                "path": fork.path,
+                "precompiled_base": fork.base,
+                "commit": env["commits"][fork.branch],
+                "decided": decided,
+                "right": fork.precompiled,
+                "ok": decided is not None and bool(decided) == fork.precompiled,
+                "reason": reason,
+                "error": error,
+                "details": {
+                    k: v for k, v in result.items() if k.startswith("precompiled_") and k != "precompiled_reason"
+                },
+                "seconds": round(time.monotonic() - started, 2),
+            }
+        )
+    return rows
+
+
+def du(path: str) -> Optional[int]:
+    """Bytes on disk under `path`, hard links counted once (`du -s` of one invocation)."""
+    if not os.path.exists(path):
+        return None
+    out = subprocess.run(["du", "-sb", path], capture_output=True, text=True, check=True).stdout
+    return int(out.split()[0])
+
+
+def real_build(env: Dict[str, Any], root: str, python: str, ref: str) -> Dict[str, Any]:
+    params = build_params(
+        repo=env["repo"],
+        ref=ref,
+        root=root,
+        python=python,
+        installer="uv",
+        precompiled="auto",
+        precompiled_wheel=env["wheel"],
+        precompiled_base="main",
+    )
+    started = time.monotonic()
+    result = run_build(params, check_mode=False)
+    result["wall_seconds"] = round(time.monotonic() - started, 1)
+    return result
+
+
+def facts(root: str, release: str) -> Dict[str, Any]:
+    from ansible_collections.vllm_ops.dflash.plugins.module_utils import _facts
+
+    started = time.monotonic()
+    try:
+        found = _facts.gather_facts(root=root, venv=os.path.join(release, "venv"), timeout=900.0)
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}", "seconds": round(time.monotonic() - started, 1)}
+    data = dict(found["facts"], warnings=found.get("warnings", []))
+    data["seconds"] = round(time.monotonic() - started, 1)
+    return data
+
+
+def _cell(value: Any) -> str:
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def _gib(size: Optional[int]) -> str:
+    return "-" if size is None else f"{size / 1024**3:.2f} GiB"
+
+
+def report(record: Dict[str, Any]) -> str:
+    env, build, found = record["env"], record.get("build") or {}, record.get("facts") or {}
+    lines = [
+        f"# Real vLLM lane: {record['date']}",
+        "",
+        f"Written by `make real-vllm` (tests/real_vllm/lane.py) at {record['finished_at']}, on {record['machine']}.",
+        f"Collection commit: `{record['collection_commit']}`. vLLM {VERSION} sdist `{os.path.basename(env['sdist'])}`,"
+        f" base wheel `{os.path.basename(env['wheel'])}`, {env['uv']}, python {record['python_version']}.",
+        f"Repo made from the sdist: `main` = `v{VERSION}` = `{env['commits']['main'][:12]}`; each fork branch changes"
+        " one thing (tests/real_vllm/sources.py); commits have fixed dates, so the SHAs are the same on every machine.",
+        "",
+        "## The precompiled decision (check mode, `precompiled: auto`, the release wheel as `precompiled_wheel`)",
+        "",
+        "| branch | changes | precompiled_base | decided | right answer | ok | reason |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in record["decisions"]:
+        decided = {True: "precompiled", False: "full build", None: "error"}[row["decided"]]
+        right = "precompiled" if row["right"] else "full build"
+        lines.append(
+            f"| `{row['branch']}` | {_cell(row['changes'])} | `{row['precompiled_base']}` | {decided} | {right} | "
+            f"{'yes' if row['ok'] else '**NO**'} | {_cell(row['reason'] or row['error'])} |"
+        )
+    wrong = [row["branch"] for row in record["decisions"] if not row["ok"]]
+    lines += ["", f"Wrong decisions: {', '.join(wrong) if wrong else 'none'}.", ""]
+    lines += ["## A real build of `fork/python` (precompiled path, uv)", ""]
+    if build.get("error"):
+        lines += [f"FAILED: {_cell(build['error'])}", ""]
+    else:
+        stages = ", ".join(f"{k} {v:.1f} s" for k, v in (build.get("stage_seconds") or {}).items())
+        lines += [
+            f"- release `{build.get('release_name')}`, wheel `{os.path.basename(build.get('wheel') or '')}`",
+            f"- precompiled: {build.get('precompiled')} ({_cell(build.get('precompiled_reason'))})",
+            f"- cache: {record['cache_state']}; duration {build.get('duration')} s; stages: {stages}",
+            f"- disk: release {_gib(record['disk'].get('release'))}, wheel {_gib(record['disk'].get('wheel'))}, "
+            f"uv cache {_gib(record['disk'].get('uv_cache'))}, releases/ + cache together "
+            f"{_gib(record['disk'].get('root_shared'))} (hard links counted once)",
+            "",
+        ]
+    lines += ["## vllm_facts on that release (CPU-only host: no GPU driver)", ""]
+    if found.get("error"):
+        lines += [f"FAILED: {_cell(found['error'])}", ""]
+    elif found:
+        extensions = found.get("extensions") or {}
+        lines += [
+            f"- version `{found.get('version')}`, commit `{found.get('commit')}` (from {found.get('commit_source')}), "
+            f"torch {found.get('torch_version')}, took {found.get('seconds')} s",
+            f"- extensions found: {len(extensions)}; loaded: {sum(1 for e in extensions.values() if e.get('ok'))}",
+            "",
+            "| extension | ok | error |",
+            "|---|---|---|",
+        ]
+        for name, ext in sorted(extensions.items()):
+            lines.append(f"| `{name}` | {ext.get('ok')} | {_cell((ext.get('error') or '')[:160])} |")
+        lines.append("")
+    lines += [f"Prepare (downloads, uv, repo): {env['prepare_seconds']} s. Raw record: `<dir>/lane-result.json`.", ""]
+    return "\n".join(lines)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dir", default=default_dir(), help="where the heavy data lives (default %(default)s)")
+    parser.add_argument("--out", default=None, help="the markdown report (default docs/real-vllm/<UTC date>.md)")
+    parser.add_argument("--skip-build", action="store_true", help="decisions only")
+    args = parser.parse_args(argv)
+    directory = os.path.abspath(args.dir)
+    env = prepare(directory)
+    root = os.path.join(directory, "root")
+    python = base_python()
+    cache_state = "warm" if os.path.isdir(os.path.join(root, "cache", "uv")) else "cold"
+    record: Dict[str, Any] = {"env": env, "python_version": platform.python_version(), "cache_state": cache_state}
+    record["decisions"] = decisions(env, root, python)
+    record["disk"] = {}
+    if not args.skip_build:
+        try:
+            build = real_build(env, root, python, "fork/python")
+        except Exception as exc:
+            build = {"error": f"{type(exc).__name__}: {exc}"}
+        record["build"] = build
+        if build.get("release"):
+            record["facts"] = facts(root, build["release"])
+            record["disk"] = {
+                "release": du(build["release"]),
+                "wheel": os.path.getsize(build["wheel"]) if build.get("wheel") else None,
+                "uv_cache": du(os.path.join(root, "cache", "uv")),
+                "root_shared": int(
+                    subprocess.run(
+                        ["du", "-sbc", os.path.join(root, "releases"), os.path.join(root, "cache")],
+                        capture_output=True,
+                        text=True,
+                        check=True,
+                    )
+                    .stdout.splitlines()[-1]
+                    .split()[0]
+                ),
+            }
+    now = datetime.datetime.now(datetime.timezone.utc)
+    record["date"] = now.strftime("%Y-%m-%d")
+    record["finished_at"] = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    record["machine"] = f"{platform.node()}, {os.cpu_count()} CPUs, {platform.platform()}"
+    record["collection_commit"] = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    with open(os.path.join(directory, "lane-result.json"), "w", encoding="utf-8") as handle:
+        json.dump(record, handle, indent=1, sort_keys=True, default=str)
+    out = args.out or str(ROOT / "docs" / "real-vllm" / f"{record['date']}.md")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out, "w", encoding="utf-8") as handle:
+        handle.write(report(record))
+    print(f"wrote {out}")
+    failed = [row["branch"] for row in record["decisions"] if not row["ok"]]
+    broken = (record.get("build") or {}).get("error") or (record.get("facts") or {}).get("error")
+    if not args.skip_build and broken:
+        failed.append("build/facts")
+    if failed:
+        print(f"real-vllm lane: FAILED: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

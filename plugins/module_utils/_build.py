@@ -62,6 +62,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._precompiled impor
     parse_base,
 )
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._releases import apply_action, remove_hidden_first
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._wheel_overlay import OverlayError, overlay, stub_for
 
 __all__ = [
     "BUILD_ARGUMENT_SPEC",
@@ -440,12 +441,14 @@ class _Builder:
     def note(self, text: str) -> None:
         _note(self.paths.log, text)
 
-    def step(self, what: str, argv: List[str], cwd: Optional[str] = None) -> CommandResult:
+    def step(
+        self, what: str, argv: List[str], cwd: Optional[str] = None, env: Optional[Mapping[str, str]] = None
+    ) -> CommandResult:
         result = run_command(
             argv,
             self.deadline.remaining(),
             log_path=self.paths.log,
-            env=self.env,
+            env=dict(env or self.env),
             cwd=cwd,
             grace=KILL_GRACE,
             tail_lines=TAIL_LINES,
@@ -477,13 +480,50 @@ class _Builder:
         else:
             # -v: the build backend's own output (compiler lines) goes to the log and the status file live.
             argv = [self.venv_python, "-m", "pip", "wheel", "-v", "--no-deps", "--wheel-dir", self.paths.dist]
-        self.step("building the wheel", argv + isolation + self.opts.pip_args + [src], cwd=src)
+        argv = argv + isolation + self.opts.pip_args + [src]
+        base = self.env.get("VLLM_PRECOMPILED_WHEEL_LOCATION", "")
+        if os.path.isfile(base):
+            overlaid = self._build_overlaid(argv, src, base)
+            if overlaid:
+                return overlaid
+        self.step("building the wheel", argv, cwd=src)
+        return self._keep_built()
+
+    def _keep_built(self) -> str:
         built = _single_wheel(self.paths.dist)
         if not built:
             raise BuildError(f"the build produced no wheel in {self.paths.dist}")
         os.makedirs(self.paths.wheels, exist_ok=True)
         final = os.path.join(self.paths.wheels, os.path.basename(built))
         os.replace(built, final)  # a wheel in wheels/<name>/ is complete by construction
+        return final
+
+    def _build_overlaid(self, argv: List[str], src: str, base: str) -> Optional[str]:
+        """The precompiled build through the wheel overlay (_wheel_overlay): setup.py extracts from a stub of
+        the base wheel, and the large members are copied raw from the base wheel into the built one.
+
+        Returns the wheel, or None when the overlay refused the built wheel (the caller builds again the
+        plain way: slower, never wrong).
+        """
+        try:
+            stub = stub_for(base, os.path.join(self.opts.root, "cache", "overlay"))
+        except (OverlayError, OSError) as exc:
+            raise BuildError(f"precompiled_wheel {base} cannot be used ({exc})") from exc
+        self.note(f"wheel overlay: setup.py extracts from the stub {stub}")
+        self.step("building the wheel", argv, cwd=src, env=dict(self.env, VLLM_PRECOMPILED_WHEEL_LOCATION=stub))
+        built = _single_wheel(self.paths.dist)
+        if not built:
+            raise BuildError(f"the build produced no wheel in {self.paths.dist}")
+        os.makedirs(self.paths.wheels, exist_ok=True)
+        final = os.path.join(self.paths.wheels, os.path.basename(built))
+        try:
+            counts = overlay(built, base, final)
+        except OverlayError as exc:
+            self.note(f"wheel overlay refused the built wheel ({exc}); building again from {base}")
+            shutil.rmtree(self.paths.dist, ignore_errors=True)
+            return None
+        os.unlink(built)
+        self.note(f"wheel overlay: {counts['swapped']} members ({counts['swapped_bytes']} bytes) copied from {base}")
         return final
 
     def adopt_wheel(self, given: str) -> str:

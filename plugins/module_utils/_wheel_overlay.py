@@ -86,6 +86,13 @@ def make_stub(base_wheel: str, dest: str, min_size: int = MIN_SIZE) -> Dict[str,
     Every replaced member is hashed as it is read, and checked against the base wheel's RECORD: a wheel
     whose libraries do not match its own RECORD is refused here, before any build. Returns counts.
     """
+    try:
+        return _make_stub(base_wheel, dest, min_size)
+    except zipfile.BadZipFile as exc:
+        raise OverlayError(f"{base_wheel} is not a readable wheel ({exc}). Fix: download it again") from exc
+
+
+def _make_stub(base_wheel: str, dest: str, min_size: int) -> Dict[str, Any]:
     replaced = 0
     replaced_bytes = 0
     tmp = dest + ".part"
@@ -94,7 +101,9 @@ def make_stub(base_wheel: str, dest: str, min_size: int = MIN_SIZE) -> Dict[str,
         recorded = {row[0]: row[1] for row in rows if len(row) >= 2}
         with zipfile.ZipFile(tmp, "w") as stub:
             for info in base.infolist():
-                if info.file_size < min_size or info.is_dir():
+                # The wheel's own metadata stays: RECORD has no hash of itself, and setup.py extracts none of it.
+                metadata = info.filename.split("/", 1)[0].endswith(".dist-info")
+                if info.file_size < min_size or info.is_dir() or metadata:
                     _copy_raw(base, info, stub)
                     continue
                 digest = hashlib.sha256()
@@ -126,15 +135,16 @@ def _sha256_file(path: str) -> str:
     return digest.hexdigest()
 
 
-def stub_for(base_wheel: str, cache_dir: str, min_size: int = MIN_SIZE) -> str:
+def stub_for(base_wheel: str, cache_dir: str, min_size: Optional[int] = None) -> str:
     """The stub of `base_wheel`, made once per wheel content under `cache_dir/<sha256[:16]>/`.
 
     Keeps the base wheel's file name (vLLM's setup.py only opens it, but a name that says what it is
     helps a person reading the build log). Safe to share between builds: written under a temporary
     name, and complete once its stamp exists.
     """
+    min_size = MIN_SIZE if min_size is None else min_size
     digest = _sha256_file(base_wheel)
-    directory = os.path.join(cache_dir, digest[:16])
+    directory = os.path.join(cache_dir, f"{digest[:16]}-{min_size}")
     stub = os.path.join(directory, os.path.basename(base_wheel))
     stamp = os.path.join(directory, _STAMP)
     if os.path.isfile(stub) and os.path.isfile(stamp):
@@ -202,6 +212,13 @@ def overlay(built_wheel: str, base_wheel: str, dest: str) -> Dict[str, Any]:
     wheel lacks or holds differently (the base wheel changed since its stub was made), or when RECORD
     does not list a swapped member. Returns counts.
     """
+    try:
+        return _overlay(built_wheel, base_wheel, dest)
+    except zipfile.BadZipFile as exc:
+        raise OverlayError(f"{built_wheel} or {base_wheel} is not a readable wheel ({exc})") from exc
+
+
+def _overlay(built_wheel: str, base_wheel: str, dest: str) -> Dict[str, Any]:
     swapped = 0
     swapped_bytes = 0
     tmp = dest + ".part"

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from ansible_collections.vllm_ops.dflash.plugins.module_utils import _build
+from ansible_collections.vllm_ops.dflash.plugins.module_utils import _build, _wheel_overlay
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build import (
     BuildError,
     BuildOptions,
@@ -354,9 +354,10 @@ def test_uv_requested_but_missing(tiny, pip_args, tmp_path, monkeypatch):
 
 
 @pytest.mark.engine
-def test_fixture_engine_python_only_pull_request_is_built_precompiled(pip_args, tmp_path):
+def test_fixture_engine_python_only_pull_request_is_built_precompiled(pip_args, tmp_path, monkeypatch):
     """The fixture engine (a vLLM stand-in with real C extensions): main in full, then its PR head (a
     Python-only change, installed from a PR head like z-lab's) with main's compiled modules."""
+    monkeypatch.setattr(_wheel_overlay, "MIN_SIZE", 1)  # the engine's .so files are small: overlay them all
     engine_repo = pytest.importorskip("ansible_collections.vllm_ops.dflash.tests.helpers.engine_repo")
     repo = tmp_path / "engine"
     refs = engine_repo.create_engine_repo(repo)
@@ -376,7 +377,10 @@ def test_fixture_engine_python_only_pull_request_is_built_precompiled(pip_args, 
         f"requirements/: precompiled from the wheel of release {main['release_name']} (same compiled sources)"
     )
     log = Path(pull["log_path"]).read_text()
-    assert f"Using precompiled extensions from {main['wheel']}" in log  # the engine's setup.py honoured it
+    # The engine's setup.py copied the .so placeholders out of the stub; the overlay put main's back.
+    stub = re.search(r"wheel overlay: setup.py extracts from the stub (\S+)", log)
+    assert stub and f"Using precompiled extensions from {stub.group(1)}" in log
+    assert re.search(rf"wheel overlay: 3 members \(\d+ bytes\) copied from {re.escape(main['wheel'])}", log)
     assert f"precompiled: yes: {pull['precompiled_reason']}" in log
     venv_python = os.path.join(pull["release"], "venv", "bin", "python")
     code = "import vllm, vllm._C, vllm._moe_C, vllm.cumem_allocator; print(vllm.__version__, vllm._C.add(2, 3))"

@@ -199,3 +199,15 @@ def test_a_wheel_without_a_record_is_refused(tmp_path: Path) -> None:
         archive.writestr("vllm/__init__.py", b"")
     with pytest.raises(OverlayError, match=r"0 \.dist-info/RECORD files, not one; it is not a wheel"):
         make_stub(str(bare), str(tmp_path / "stub.whl"), MIN)
+
+
+def test_with_the_smallest_threshold_only_the_wheels_metadata_stays(tmp_path: Path) -> None:
+    base = _wheel(tmp_path / "base.whl", BASE_FILES, "vllm-0.26.0")
+    stub = tmp_path / "stub.whl"
+    assert make_stub(str(base), str(stub), 1)["replaced"] == len(BASE_FILES)
+    files = _contents(stub)
+    assert all(data.startswith(PLACEHOLDER_MAGIC) for name, data in files.items() if name.startswith("vllm/"))
+    assert files["vllm-0.26.0.dist-info/RECORD"] == _contents(base)["vllm-0.26.0.dist-info/RECORD"]
+    result = overlay(str(_setup_py_build(stub, tmp_path / "built.whl", SOURCES)), str(base), str(tmp_path / "f.whl"))
+    assert result["swapped"] == 3  # the .so, vllm-rs and the flash-attn file setup.py extracted
+    assert _contents(tmp_path / "f.whl") == _contents(_setup_py_build(base, tmp_path / "expected.whl", SOURCES))

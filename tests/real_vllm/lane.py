@@ -169,6 +169,18 @@ def du(path: str) -> Optional[int]:
     return int(out.split()[0])
 
 
+def forget_releases(root: str, commit: str) -> List[str]:
+    """Remove the lane's earlier releases (and wheels) of `commit`, so that a re-run builds and measures again."""
+    removed = []
+    for sub in ("releases", "wheels"):
+        directory = os.path.join(root, sub)
+        for name in os.listdir(directory) if os.path.isdir(directory) else []:
+            if name.startswith(commit[:12] + "-"):
+                shutil.rmtree(os.path.join(directory, name))
+                removed.append(f"{sub}/{name}")
+    return removed
+
+
 def real_build(env: Dict[str, Any], root: str, python: str, ref: str) -> Dict[str, Any]:
     params = build_params(
         repo=env["repo"],
@@ -281,6 +293,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     record["decisions"] = decisions(env, root, python)
     record["disk"] = {}
     if not args.skip_build:
+        record["removed_before_build"] = forget_releases(root, env["commits"]["fork/python"])
         try:
             build = real_build(env, root, python, "fork/python")
         except Exception as exc:

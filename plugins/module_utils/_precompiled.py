@@ -18,12 +18,13 @@ A base wheel that is not a vLLM wheel, or is for another Python or platform, is 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
 import re
 import zipfile
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from urllib.parse import unquote
 from urllib.request import urlopen
 
@@ -32,8 +33,13 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._git import (
     changed_paths,
     commit_exists,
     merge_base,
+    normalize_repo,
     resolve_commit,
+    rev_parse,
 )
+
+if TYPE_CHECKING:  # the options import MODES from here
+    from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_options import BuildOptions
 
 __all__ = [
     "COMPILED_PATHS",
@@ -45,15 +51,22 @@ __all__ = [
     "Decision",
     "PrecompiledError",
     "WheelInfo",
+    "base_dest_ref",
+    "base_label",
+    "base_unusable",
     "check_wheel",
     "compile_inputs",
     "compiled_changes",
     "compiled_from_its_sources",
     "decide",
+    "decide_against",
     "local_base_wheels",
     "needs_git",
     "nightly_wheel",
     "parse_base",
+    "predict_decision",
+    "same_repo",
+    "wheel_decision",
     "wheel_info",
 ]
 
@@ -102,6 +115,8 @@ AREAS = "vLLM's compiled paths"
 MERGE_BASE_PLACEHOLDER = "{merge_base}"
 SHOWN_PATHS = 5
 MAX_CANDIDATES = 10
+# Where the mirror keeps a precompiled_base fetched from another repository.
+BASE_REF_PREFIX = "refs/vllm-ops/precompiled-base/"
 # {distribution}-{version}(-{build})?-{python}-{abi}-{platform}.whl (PEP 427)
 _WHEEL_NAME = re.compile(
     r"(?P<dist>[^-]+)-(?P<version>[^-]+)(?:-(?P<build>\d[^-]*))?-(?P<py>[^-]+)-(?P<abi>[^-]+)-(?P<plat>[^-]+)\.whl"
@@ -618,3 +633,64 @@ def _same_compiled_sources(
         if not compiled_changes(changed):
             return base, changed
     return None
+
+
+def base_label(base_url: Optional[str], base_ref: str) -> str:
+    """precompiled_base as shown to a person (credentials removed)."""
+    return base_ref if base_url is None else f"{redact_url(base_url)}#{base_ref}"
+
+
+def base_dest_ref(base_url: str) -> str:
+    """The mirror's ref for a precompiled_base of another repository (one per URL)."""
+    return BASE_REF_PREFIX + hashlib.sha256(redact_url(base_url).encode("utf-8")).hexdigest()[:8]
+
+
+def same_repo(base_url: Optional[str], repo: str) -> bool:
+    return base_url is None or normalize_repo(base_url) == repo
+
+
+def base_unusable(opts: BuildOptions, label: str, problem: Exception) -> Decision:
+    """The decision when precompiled_base cannot be had: auto builds in full; other modes re-raise."""
+    if opts.precompiled != "auto":
+        raise problem
+    return Decision(False, opts.precompiled, f"precompiled_base {label} is unusable ({problem}): full build")
+
+
+def decide_against(
+    opts: BuildOptions, mirror: str, commit: str, base_commit: str, label: str, inputs: Mapping[str, Any]
+) -> Decision:
+    """The decision once the mirror holds the commit and the base (a build's, or check mode's prediction)."""
+    candidates = local_base_wheels(opts.root, inputs)
+    return decide(opts.precompiled, opts.precompiled_wheel, commit, mirror, base_commit, label, candidates)
+
+
+def wheel_decision(opts: BuildOptions) -> Optional[Decision]:
+    """auto with a wheel built elsewhere: the building host's decision, taken as made (no repository needed).
+
+    The release then carries mode `auto`, so a later auto lookup on this host accepts it as its own.
+    """
+    if not (opts.wheel and opts.precompiled == "auto" and opts.wheel_precompiled is not None):
+        return None
+    how = "the precompiled path" if opts.wheel_precompiled else "a full build"
+    return Decision(opts.wheel_precompiled, "auto", f"precompiled: auto, decided where the wheel was built ({how})")
+
+
+def predict_decision(opts: BuildOptions, repo: str, mirror: str, commit: str, inputs: Mapping[str, Any]) -> Decision:
+    """The decision in check mode: from the mirror as it is (read only), when it holds what is needed."""
+    taken = wheel_decision(opts)
+    if taken is not None:
+        return taken
+    if not needs_git(opts.precompiled, opts.precompiled_wheel):
+        return decide(opts.precompiled, opts.precompiled_wheel)
+    base_url, base_ref = parse_base(opts.precompiled_base)
+    label = base_label(base_url, base_ref)
+    base_commit = None
+    if os.path.isdir(mirror) and commit_exists(mirror, commit):
+        base_commit = rev_parse(mirror, base_ref if same_repo(base_url, repo) else base_dest_ref(base_url or ""))
+    if base_commit is None:
+        reason = (
+            f"not decided in check mode: the mirror does not hold {commit[:12]} and {label} yet "
+            "(the release name assumes a full build)"
+        )
+        return Decision(False, opts.precompiled, reason, decided=False)
+    return decide_against(opts, mirror, commit, base_commit, label, inputs)

@@ -63,6 +63,7 @@ BUILD_ARGUMENT_SPEC: Dict[str, Dict[str, Any]] = {
     "precompiled": {"type": "str", "choices": list(MODES), "default": "auto"},
     "precompiled_base": {"type": "str", "default": "main"},
     "precompiled_wheel": {"type": "str"},
+    "precompiled_wheel_commit": {"type": "str"},
     "wheel_precompiled": {"type": "bool"},
 }
 
@@ -99,6 +100,7 @@ class BuildOptions:
     precompiled: str
     precompiled_base: str
     precompiled_wheel: Optional[str]
+    precompiled_wheel_commit: Optional[str]
     wheel_precompiled: Optional[bool]
     keep_releases: int
     run_id: Optional[str]

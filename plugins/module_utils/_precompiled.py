@@ -60,9 +60,11 @@ __all__ = [
     "compiled_from_its_sources",
     "decide",
     "decide_against",
+    "decide_options",
     "local_base_wheels",
     "needs_git",
     "nightly_wheel",
+    "options_need_git",
     "parse_base",
     "predict_decision",
     "same_repo",
@@ -219,9 +221,9 @@ class WheelInfo:
     """What a base wheel says about itself: its file name's version and tags and, for a file on this host,
     whether it is a vLLM wheel and the commit setuptools-scm wrote into `vllm/_version.py`."""
 
-    def __init__(self, location: str, match: Optional[Any], problem: Optional[str] = None) -> None:
+    def __init__(self, location: str, name: str, match: Optional[Any], problem: Optional[str] = None) -> None:
         self.location = location
-        self.name = os.path.basename(location.split("?", 1)[0].split("#", 1)[0])
+        self.name = name
         self.problem = problem  # why it is not a vLLM wheel, or None
         self.dist = match.group("dist") if match else ""
         self.version = match.group("version") if match else ""
@@ -244,8 +246,10 @@ def wheel_info(location: str) -> WheelInfo:
     name = unquote(os.path.basename(location.split("?", 1)[0].split("#", 1)[0]))
     match = _WHEEL_NAME.fullmatch(name)
     if not match:
-        return WheelInfo(location, None, f"{name!r} is not a wheel file name (vllm-<version>-<tags>.whl)")
-    info = WheelInfo(location, match)
+        return WheelInfo(
+            location, name, None, "is not a wheel file name (vllm-<version>-<python>-<abi>-<platform>.whl)"
+        )
+    info = WheelInfo(location, name, match)
     if match.group("dist").lower().replace("_", "-") != "vllm":
         info.problem = f"is a wheel of {match.group('dist')}, not of vLLM"
     elif "://" not in location:
@@ -507,6 +511,7 @@ def decide(
     machine: Optional[str] = None,
     variant: Optional[str] = None,
     index: Optional[str] = None,
+    check_index: bool = True,
 ) -> Decision:
     """The decision for building `commit` (present in `mirror`, as is `base_commit`).
 
@@ -514,8 +519,9 @@ def decide(
     (precompiled_wheel_commit), else what `wheel` says of itself (vllm/_version.py, +g<hash>, release tag);
     without `wheel`, the local base wheels `candidates` (local_base_wheels; the merge-base's first) against
     their own commits. always without `wheel` pins the merge-base (or `wheel_commit`) for vLLM's lookup and
-    checks that `index` has that wheel. A bad wheel or wheel_commit raises PrecompiledError, never a build.
-    `python_version` (the build python's) and `machine` (default: this host's) are what the wheel must fit.
+    checks that `index` has that wheel (unless `check_index` is False: check mode reads nothing remote).
+    A bad wheel or wheel_commit raises PrecompiledError, never a build. `python_version` (the build
+    python's) and `machine` (default: this host's) are what the wheel must fit.
     """
     if mode not in MODES:
         raise PrecompiledError(f"precompiled {mode!r} is not one of {', '.join(MODES)}")
@@ -539,7 +545,7 @@ def decide(
         info = wheel_info(location)
         check_wheel(info, python_version, machine)
     if mode == "always":
-        return _always(commit, location, explicit, merged, base_label, machine, variant, index)
+        return _always(commit, location, explicit, merged, base_label, machine, variant, index if check_index else "")
     mirror, commit = mirror or "", commit or ""
 
     def made(use: bool, reason: str, changed: int, compiled: Sequence[str], **fields: Any) -> Decision:
@@ -612,10 +618,13 @@ def _always(
             "precompiled_wheel_commit, or set precompiled_base to the branch the ref came from"
         )
     source = "precompiled_wheel_commit" if explicit else f"merge-base with {base_label}"
-    name = nightly_wheel(pinned, machine, variant, index)
+    if index == "":  # check mode
+        found = f"{redact_url(NIGHTLY_INDEX)} is asked by the build, not in check mode"
+    else:
+        found = f"{redact_url(index or NIGHTLY_INDEX)}: {nightly_wheel(pinned, machine, variant, index)}"
     reason = (
         f"precompiled: always (the diff is not checked; the wheel of {pinned[:12]} ({source}) from "
-        f"{redact_url(index or NIGHTLY_INDEX)}: {name}; VLLM_PRECOMPILED_WHEEL_COMMIT pinned, never the nightly)"
+        f"{found}; VLLM_PRECOMPILED_WHEEL_COMMIT pinned, never the nightly)"
     )
     return Decision(True, "always", reason, None, merged, base_label, commit=commit, wheel_commit=pinned,
                     wheel_commit_source=source)  # fmt: skip
@@ -656,12 +665,49 @@ def base_unusable(opts: BuildOptions, label: str, problem: Exception) -> Decisio
     return Decision(False, opts.precompiled, f"precompiled_base {label} is unusable ({problem}): full build")
 
 
+def decide_options(
+    opts: BuildOptions,
+    inputs: Mapping[str, Any],
+    commit: Optional[str] = None,
+    mirror: Optional[str] = None,
+    base_commit: Optional[str] = None,
+    label: str = "main",
+    candidates: Sequence[BaseWheel] = (),
+    check_index: bool = True,
+) -> Decision:
+    """decide() for vllm_build's options: the wheel must fit the build's python (inputs) and this host."""
+    return decide(
+        opts.precompiled,
+        opts.precompiled_wheel,
+        commit,
+        mirror,
+        base_commit,
+        label,
+        candidates,
+        wheel_commit=opts.precompiled_wheel_commit,
+        python_version=inputs.get("python_version"),
+        variant=opts.build_env.get("VLLM_PRECOMPILED_WHEEL_VARIANT"),
+        check_index=check_index,
+    )
+
+
+def options_need_git(opts: BuildOptions) -> bool:
+    """needs_git() for vllm_build's options."""
+    return needs_git(opts.precompiled, opts.precompiled_wheel, opts.precompiled_wheel_commit)
+
+
 def decide_against(
-    opts: BuildOptions, mirror: str, commit: str, base_commit: str, label: str, inputs: Mapping[str, Any]
+    opts: BuildOptions,
+    mirror: str,
+    commit: str,
+    base_commit: str,
+    label: str,
+    inputs: Mapping[str, Any],
+    check_index: bool = True,
 ) -> Decision:
     """The decision once the mirror holds the commit and the base (a build's, or check mode's prediction)."""
     candidates = local_base_wheels(opts.root, inputs)
-    return decide(opts.precompiled, opts.precompiled_wheel, commit, mirror, base_commit, label, candidates)
+    return decide_options(opts, inputs, commit, mirror, base_commit, label, candidates, check_index)
 
 
 def wheel_decision(opts: BuildOptions) -> Optional[Decision]:
@@ -680,17 +726,23 @@ def predict_decision(opts: BuildOptions, repo: str, mirror: str, commit: str, in
     taken = wheel_decision(opts)
     if taken is not None:
         return taken
-    if not needs_git(opts.precompiled, opts.precompiled_wheel):
-        return decide(opts.precompiled, opts.precompiled_wheel)
+    if not options_need_git(opts):
+        return decide_options(opts, inputs, check_index=False)
     base_url, base_ref = parse_base(opts.precompiled_base)
     label = base_label(base_url, base_ref)
     base_commit = None
     if os.path.isdir(mirror) and commit_exists(mirror, commit):
         base_commit = rev_parse(mirror, base_ref if same_repo(base_url, repo) else base_dest_ref(base_url or ""))
     if base_commit is None:
+        if opts.precompiled == "always":  # precompiled for sure; only the commit to pin needs the mirror
+            reason = (
+                f"precompiled: always (the commit to pin is not known in check mode: the mirror does not hold "
+                f"{commit[:12]} and {label} yet)"
+            )
+            return Decision(True, "always", reason, commit=commit)
         reason = (
             f"not decided in check mode: the mirror does not hold {commit[:12]} and {label} yet "
             "(the release name assumes a full build)"
         )
         return Decision(False, opts.precompiled, reason, decided=False)
-    return decide_against(opts, mirror, commit, base_commit, label, inputs)
+    return decide_against(opts, mirror, commit, base_commit, label, inputs, check_index=False)

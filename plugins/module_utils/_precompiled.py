@@ -18,6 +18,7 @@ A base wheel that is not a vLLM wheel, or is for another Python or platform, is 
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
 import os
@@ -79,7 +80,8 @@ MODES = ("auto", "always", "never")
 # requirements pin torch too), and what its precompiled path copies out of the base wheel over the
 # checkout, which would hide the ref's change: the Rust frontend (rust/, its toolchain and build script;
 # 0.33.0 only warns) and the Python files of the kernel packages (setup.py's extract regexes).
-# "dir/" matches below dir/; "CMakeLists.txt" in any directory; anything else that exact path.
+# "dir/" matches below dir/, "dir/*.py" the .py files below it; "CMakeLists.txt" in any directory;
+# anything else that exact path.
 COMPILED_PATHS = (
     "csrc/",
     "cmake/",
@@ -91,9 +93,9 @@ COMPILED_PATHS = (
     "rust/",
     "rust-toolchain.toml",
     "tools/build_rust.py",
-    "vllm/vllm_flash_attn/",
-    "vllm/third_party/flashmla/",
-    "vllm/third_party/triton_kernels/",
+    "vllm/vllm_flash_attn/*.py",
+    "vllm/third_party/flashmla/*.py",
+    "vllm/third_party/triton_kernels/*.py",
     "vllm/third_party/deep_gemm/",
     "vllm/third_party/fmha_sm100/",
     "vllm/third_party/tml_fa4/",
@@ -344,7 +346,10 @@ def _touches_compiled(path: str) -> bool:
     if path in NOT_COMPILED_PATHS:
         return False
     for prefix in COMPILED_PATHS:
-        if prefix.endswith("/"):
+        if "*" in prefix:
+            if fnmatch.fnmatchcase(path, prefix):  # "*" crosses "/": any depth
+                return True
+        elif prefix.endswith("/"):
             if path.startswith(prefix):
                 return True
         elif path == prefix or (prefix == "CMakeLists.txt" and path.endswith("/CMakeLists.txt")):

@@ -323,9 +323,11 @@ def test_compiled_changes_matches_whole_path_components():
     paths = ["csrc/a.cu", "csrcx/a", "cmake/x", "CMakeLists.txt", "a/CMakeLists.txt", "setup.py", "x/setup.py"]
     paths += ["requirements/common.txt", "requirements.txt", "vllm/x.py", "pyproject.toml", "a/pyproject.toml"]
     paths += ["vllm/_custom_ops.py", "vllm/_custom_ops_utils.py", "rust/Cargo.toml", "rusty/x", "docs/rust/a.md"]
-    paths += ["vllm/vllm_flash_attn/__init__.py", "vllm/vllm_flash_attn/layers/rotary.py"]
+    paths += ["vllm/vllm_flash_attn/__init__.py", "vllm/vllm_flash_attn/layers/rotary.py", "vllm/vllm_flash_attn/a.md"]
+    paths += ["vllm/third_party/deep_gemm/include/x.cuh", "vllm/third_party/pynvml.py"]
     expected = ["csrc/a.cu", "cmake/x", "CMakeLists.txt", "a/CMakeLists.txt", "setup.py", "requirements/common.txt"]
     expected += ["pyproject.toml", "vllm/_custom_ops.py", "rust/Cargo.toml", "vllm/vllm_flash_attn/layers/rotary.py"]
+    expected += ["vllm/third_party/deep_gemm/include/x.cuh"]
     assert compiled_changes(paths) == expected
     # The list, at least (vLLM's setup.py blocks or hides each of them).
     for path in ("csrc/", "cmake/", "CMakeLists.txt", "setup.py", "requirements/", "pyproject.toml", "rust/"):

@@ -7,6 +7,10 @@ the commit and the build inputs, so "is it built?" is one path lookup and re-run
 manifest is written last: a directory without it is debris from an interrupted run and is removed.
 Fetch, checkout, venv, wheel build and install share one deadline; on any failure the half release
 and the checkout go, the log stays, and `current` is never touched (activation is vllm_release's job).
+
+The layers under this one (as kubernetes.core's k8s/ core): the options (_build_options), the host
+environment (_build_host), the status file (_build_status), the installer command table (_installer)
+and the precompiled decision (_precompiled). This file is the run: resolve, plan, build, record.
 """
 
 from __future__ import annotations
@@ -15,11 +19,29 @@ import contextlib
 import hashlib
 import json
 import os
-import re
 import shutil
 import time
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_host import (
+    cache_env,
+    derive_max_jobs,
+    find_installer,
+    find_python,
+    max_jobs,
+    probe_python,
+)
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_options import (
+    BUILD_ARGUMENT_SPEC,
+    PRECOMPILED_ENV,
+    VLLM_BUILD_ARGUMENT_SPEC,
+    BuildError,
+    BuildOptions,
+    build_options,
+    option_secrets,
+    validate,
+)
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_status import STATUS_NAME, StatusFile
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import (
     read_json,
     redact_url,
@@ -50,24 +72,31 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._git import (
     resolve_short_sha,
     rev_parse,
 )
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._installer import Installer
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._lock import LockTimeout, host_lock
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._precompiled import (
-    MODES,
     Decision,
     PrecompiledError,
+    base_dest_ref,
+    base_label,
+    base_unusable,
     compiled_from_its_sources,
     decide,
-    local_base_wheels,
+    decide_against,
     needs_git,
     parse_base,
+    predict_decision,
+    wheel_decision,
 )
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._releases import apply_action, remove_hidden_first
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._wheel_overlay import OverlayError, overlay, stub_for
 
+# The names other files import from here (the modules, _drift, the tests) stay importable from here.
 __all__ = [
     "BUILD_ARGUMENT_SPEC",
     "MANIFEST_SCHEMA",
     "STATUS_NAME",
+    "VLLM_BUILD_ARGUMENT_SPEC",
     "BuildError",
     "BuildOptions",
     "StatusFile",
@@ -76,109 +105,17 @@ __all__ = [
     "cache_env",
     "derive_max_jobs",
     "inputs_hash",
+    "option_secrets",
     "prune_after_build",
     "release_name",
     "url_secrets",
 ]
 
 MANIFEST_SCHEMA = 1
-STATUS_NAME = "build-status.json"
-INSTALLERS = ("auto", "uv", "pip")
 TAIL_LINES = 20
 KILL_GRACE = 10.0
-GIB = 1024**3
-# vllm#8878: one nvcc/cicc job of vLLM's kernels can take several GiB; builds with MAX_JOBS = cores OOM.
-MEMORY_PER_JOB = 4 * GIB
-# Set by the `precompiled` option only: a stale value would silently reuse the wrong compiled modules.
-PRECOMPILED_ENV = ("VLLM_USE_PRECOMPILED", "VLLM_PRECOMPILED_WHEEL_LOCATION")
-BASE_REF_PREFIX = "refs/vllm-ops/precompiled-base/"
-
-
-class BuildError(Exception):
-    """The release could not be built; the message names the cause, the fix and the log."""
-
-
-class BuildOptions:
-    """The options of vllm_build (see the module's DOCUMENTATION)."""
-
-    def __init__(
-        self,
-        repo: str,
-        ref: str,
-        root: str = "/opt/vllm",
-        python: str = "python3",
-        installer: str = "auto",
-        build_env: Optional[Mapping[str, Any]] = None,
-        build_timeout: float = 3600,
-        keep_releases: int = 3,
-        build_isolation: bool = True,
-        system_site_packages: bool = False,
-        pip_args: Optional[Sequence[str]] = None,
-        wheel: Optional[str] = None,
-        expected_commit: Optional[str] = None,
-        precompiled: str = "auto",
-        precompiled_base: str = "main",
-        precompiled_wheel: Optional[str] = None,
-        wheel_precompiled: Optional[bool] = None,
-        run_id: Optional[str] = None,
-    ) -> None:
-        self.repo = repo
-        self.ref = ref
-        self.root = os.path.abspath(root)
-        self.python = python
-        self.installer = installer
-        self.build_env = {str(k): str(v) for k, v in (build_env or {}).items()}
-        self.build_timeout = float(build_timeout)
-        self.keep_releases = int(keep_releases)
-        self.build_isolation = bool(build_isolation)
-        self.system_site_packages = bool(system_site_packages)
-        self.pip_args = [str(a) for a in (pip_args or [])]
-        self.wheel = wheel
-        self.expected_commit = expected_commit.strip().lower() if expected_commit else None
-        self.precompiled = precompiled
-        self.precompiled_base = precompiled_base
-        self.precompiled_wheel = precompiled_wheel or None
-        self.wheel_precompiled = wheel_precompiled
-        self.run_id = run_id
-
-
-# The options that name a release (doc fragment vllm_ops.dflash.build): vllm_build's and dflash_drift's.
-BUILD_ARGUMENT_SPEC: Dict[str, Dict[str, Any]] = {
-    "repo": {"type": "str", "required": True},
-    "ref": {"type": "str", "required": True},
-    "expected_commit": {"type": "str"},
-    "root": {"type": "path", "default": "/opt/vllm"},
-    "python": {"type": "str", "default": "python3"},
-    "installer": {"type": "str", "choices": list(INSTALLERS), "default": "auto"},
-    "build_env": {"type": "dict", "default": {}},
-    "build_timeout": {"type": "int", "default": 3600},
-    "build_isolation": {"type": "bool", "default": True},
-    "system_site_packages": {"type": "bool", "default": False},
-    "pip_args": {"type": "list", "elements": "str", "default": []},
-    "wheel": {"type": "path"},
-    "precompiled": {"type": "str", "choices": list(MODES), "default": "auto"},
-    "precompiled_base": {"type": "str", "default": "main"},
-    "precompiled_wheel": {"type": "str"},
-    "wheel_precompiled": {"type": "bool"},
-}
-
-
-def build_options(params: Mapping[str, Any], **extra: Any) -> BuildOptions:
-    """BuildOptions from a module's validated BUILD_ARGUMENT_SPEC parameters (plus `extra` keywords)."""
-    return BuildOptions(**{name: params[name] for name in BUILD_ARGUMENT_SPEC}, **extra)
-
-
-def url_secrets(params: Mapping[str, Any]) -> set:
-    """The secrets in the URLs among `params` (a password, or a token given as user name) for Ansible to mask."""
-    found = set()
-    for url in (params.get("repo"), params.get("precompiled_base"), params.get("precompiled_wheel")):
-        if not url or redact_url(url) == url:
-            continue
-        userinfo = url.split("://", 1)[1].split("@", 1)[0]
-        secret = userinfo.split(":", 1)[1] if ":" in userinfo else userinfo
-        if secret:
-            found.add(secret)
-    return found
+# dflash_drift imports the old name.
+url_secrets = option_secrets
 
 
 def inputs_hash(inputs: Mapping[str, Any]) -> str:
@@ -205,175 +142,6 @@ class _Paths:
         self.src = os.path.join(self.build, "src")
         self.dist = os.path.join(self.build, "dist")
         self.log = log or _log_path(root, name)
-
-
-def _find_python(python: str) -> str:
-    found = shutil.which(python)
-    if not found:
-        raise BuildError(f"python {python!r} not found on the host; install it or set `python` to an interpreter path")
-    return os.path.abspath(found)
-
-
-_PROBE = """
-import sys
-print('%d.%d.%d' % sys.version_info[:3])
-try:
-    import importlib.metadata as metadata
-    print(metadata.version('torch'))
-except Exception:
-    print('')
-"""
-
-
-def _probe_python(python: str, with_torch: bool) -> Tuple[str, Optional[str]]:
-    """The interpreter's version, and (with_torch) the torch version it sees, or None."""
-    result = run_command([python, "-c", _PROBE], 60, watchdog=False)
-    if not result.ok:
-        raise BuildError(
-            f"{python} does not run ({result.log_tail or result.rc}); set `python` to a working interpreter"
-        )
-    lines = [*result.stdout.splitlines(), "", ""]
-    return lines[0].strip(), ((lines[1].strip() or None) if with_torch else None)
-
-
-def _cpu_count() -> int:
-    if hasattr(os, "sched_getaffinity"):
-        return max(1, len(os.sched_getaffinity(0)))  # the CPUs this process may use (cgroups, taskset)
-    return max(1, os.cpu_count() or 1)
-
-
-def _available_memory(meminfo: str, cgroup: str) -> Optional[int]:
-    """MemAvailable in bytes, lowered to the cgroup v2 limit's headroom when a container sets one."""
-    available = None
-    with contextlib.suppress(OSError, ValueError), open(meminfo, encoding="ascii") as handle:
-        for line in handle:
-            if line.startswith("MemAvailable:"):
-                available = int(line.split()[1]) * 1024
-                break
-    with contextlib.suppress(OSError, ValueError):
-        with open(os.path.join(cgroup, "memory.max"), encoding="ascii") as handle:
-            limit = handle.read().strip()
-        if limit != "max":
-            with open(os.path.join(cgroup, "memory.current"), encoding="ascii") as handle:
-                headroom = max(0, int(limit) - int(handle.read().strip()))
-            available = headroom if available is None else min(available, headroom)
-    return available
-
-
-def derive_max_jobs(
-    cpus: Optional[int] = None, meminfo: str = "/proc/meminfo", cgroup: str = "/sys/fs/cgroup"
-) -> Tuple[int, str]:
-    """MAX_JOBS for a host: min(CPUs, available memory / MEMORY_PER_JOB), at least 1, and why."""
-    cpus = cpus or _cpu_count()
-    available = _available_memory(meminfo, cgroup)
-    if available is None:
-        return cpus, f"{cpus} CPUs (available memory unknown)"
-    by_memory = available // MEMORY_PER_JOB
-    jobs = max(1, min(cpus, by_memory))
-    return jobs, (
-        f"min({cpus} CPUs, {available / GIB:.1f} GiB available / {MEMORY_PER_JOB // GIB} GiB per job = {by_memory})"
-        + (", at least 1" if by_memory < 1 else "")
-    )
-
-
-def cache_env(
-    root: str, installer: str, env: Mapping[str, str], which: Callable[..., Optional[str]] = shutil.which
-) -> Dict[str, str]:
-    """Cache directories under `<root>/cache/` for what this build uses, unless `env` already names one.
-
-    The installer's cache (uv or pip), and ccache/sccache when on PATH: vLLM's setup.py hands them to CMake
-    as compiler launchers by itself. They speed builds up and change no output, so they are no build input.
-    """
-    cache = os.path.join(root, "cache")
-    wanted = [("UV_CACHE_DIR", "uv")] if installer == "uv" else [("PIP_CACHE_DIR", "pip")]
-    for tool, variable in (("ccache", "CCACHE_DIR"), ("sccache", "SCCACHE_DIR")):
-        if which(tool, path=env.get("PATH")):
-            wanted.append((variable, tool))
-    return {variable: os.path.join(cache, sub) for variable, sub in wanted if variable not in env}
-
-
-class StatusFile:
-    """`<root>/build-status.json`: what the build is doing now, for a person or the role's poll loop.
-
-    Rewritten atomically at each stage and every few seconds while a command runs (the log's last
-    line). `run_id` lets a poller tell this run's status from an earlier run's. Best effort: a status
-    that cannot be written never fails the build.
-    """
-
-    def __init__(self, root: str, run_id: Optional[str], ref: str, enabled: bool = True) -> None:
-        self.path = os.path.join(root, STATUS_NAME)
-        self.enabled = enabled  # check mode writes nothing
-        self._started = time.monotonic()
-        self._stage_started = self._started
-        self.stage_seconds: Dict[str, float] = {}
-        self.data: Dict[str, Any] = {
-            "run_id": run_id,
-            "pid": os.getpid(),
-            "ref": ref,
-            "stage": None,
-            "started_at": utc_now(),
-            "release_name": None,
-            "commit": None,
-            "log_path": None,
-            "last_line": "",
-        }
-
-    def stage(self, name: str, last_line: Optional[str] = None, **fields: Any) -> None:
-        now = time.monotonic()
-        previous = self.data["stage"]
-        if previous is not None:
-            self.stage_seconds[previous] = round(self.stage_seconds.get(previous, 0.0) + now - self._stage_started, 3)
-        self._stage_started = now
-        self.data["stage"] = name
-        self.data.update(fields)
-        if last_line is not None:
-            self.data["last_line"] = last_line
-        self.write()
-
-    def tick(self) -> None:
-        """Publish the last line of the build log (called by the command runner while it waits)."""
-        log = self.data.get("log_path")
-        if log:
-            lines = [line for line in re.split(r"[\r\n]+", tail(log, 5)) if line.strip()]
-            if lines:
-                self.data["last_line"] = lines[-1].strip()[:300]
-        self.write()
-
-    def update(self, **fields: Any) -> None:
-        self.data.update(fields)
-        self.write()
-
-    def elapsed(self) -> float:
-        return round(time.monotonic() - self._started, 3)
-
-    def durations(self) -> Dict[str, float]:
-        """Seconds per stage so far, the running stage included."""
-        durations = dict(self.stage_seconds)
-        stage = self.data["stage"]
-        if stage not in (None, "done", "failed"):
-            durations[stage] = round(durations.get(stage, 0.0) + time.monotonic() - self._stage_started, 3)
-        return durations
-
-    def write(self) -> None:
-        if not self.enabled:
-            return
-        self.data["elapsed"] = self.elapsed()
-        self.data["updated_at"] = utc_now()
-        self.data["stage_seconds"] = self.stage_seconds
-        with contextlib.suppress(OSError):
-            write_json_atomic(self.path, self.data)
-
-
-def _find_installer(installer: str) -> str:
-    if installer not in INSTALLERS:
-        raise BuildError(f"installer {installer!r} is not one of {', '.join(INSTALLERS)}")
-    if installer == "pip":
-        return "pip"
-    if shutil.which("uv"):
-        return "uv"
-    if installer == "uv":
-        raise BuildError("installer 'uv' requested but `uv` is not on PATH; install uv or use installer: pip")
-    return "pip"
 
 
 def prune_after_build(root: str, keep: int, made: str) -> List[str]:
@@ -415,7 +183,7 @@ class _Builder:
         opts: BuildOptions,
         paths: _Paths,
         deadline: Deadline,
-        installer: str,
+        installer: Installer,
         python: str,
         status: StatusFile,
         added_env: Mapping[str, str],
@@ -466,21 +234,19 @@ class _Builder:
         return result
 
     def create_venv(self) -> None:
-        site = ["--system-site-packages"] if self.opts.system_site_packages else []
-        if self.installer == "uv":
-            argv = ["uv", "venv", "--python", self.python, *site, self.paths.venv]
-        else:
-            argv = [self.python, "-m", "venv", *site, self.paths.venv]
+        argv = self.installer.argv(
+            "venv", python=self.python, venv=self.paths.venv, system_site_packages=self.opts.system_site_packages
+        )
         self.step("creating the venv", argv)
 
     def build_wheel(self, src: str) -> str:
-        isolation = [] if self.opts.build_isolation else ["--no-build-isolation"]
-        if self.installer == "uv":
-            argv = ["uv", "build", "--wheel", "--python", self.venv_python, "--out-dir", self.paths.dist]
-        else:
-            # -v: the build backend's own output (compiler lines) goes to the log and the status file live.
-            argv = [self.venv_python, "-m", "pip", "wheel", "-v", "--no-deps", "--wheel-dir", self.paths.dist]
-        argv = argv + isolation + self.opts.pip_args + [src]
+        argv = self.installer.argv(
+            "wheel",
+            [*self.opts.pip_args, src],
+            venv_python=self.venv_python,
+            dist=self.paths.dist,
+            no_isolation=not self.opts.build_isolation,
+        )
         base = self.env.get("VLLM_PRECOMPILED_WHEEL_LOCATION", "")
         if os.path.isfile(base):
             overlaid = self._build_overlaid(argv, src, base)
@@ -540,11 +306,8 @@ class _Builder:
         return final
 
     def install(self, wheel: str) -> None:
-        if self.installer == "uv":
-            argv = ["uv", "pip", "install", "--python", self.venv_python]
-        else:
-            argv = [self.venv_python, "-m", "pip", "install"]
-        self.step("installing the wheel", argv + self.opts.pip_args + [wheel])
+        argv = self.installer.argv("install", [*self.opts.pip_args, wheel], venv_python=self.venv_python)
+        self.step("installing the wheel", argv)
 
     def checkout(self, mirror: str, commit: str) -> None:
         try:
@@ -568,22 +331,10 @@ def _fetch_commit(repo: str, mirror: str, resolution: Resolution, deadline: Dead
         )
 
 
-def _base_label(base_url: Optional[str], base_ref: str) -> str:
-    return base_ref if base_url is None else f"{redact_url(base_url)}#{base_ref}"
-
-
-def _base_dest_ref(base_url: str) -> str:
-    return BASE_REF_PREFIX + hashlib.sha256(redact_url(base_url).encode("utf-8")).hexdigest()[:8]
-
-
-def _same_repo(base_url: Optional[str], repo: str) -> bool:
-    return base_url is None or normalize_repo(base_url) == repo
-
-
 def _fetch_base(repo: str, mirror: str, base: str, deadline: Deadline, log: str) -> str:
     """The commit of `precompiled_base` in the mirror, fetching it from its repository when needed."""
     base_url, base_ref = parse_base(base)
-    if base_url is None or normalize_repo(base_url) == repo:  # _same_repo, spelled out for the type checker
+    if base_url is None or normalize_repo(base_url) == repo:  # same_repo, spelled out for the type checker
         sha = rev_parse(mirror, base_ref)  # ensure_mirror fetched every branch and tag
         if sha is None and (base_ref.startswith("refs/") or is_full_sha(base_ref)):
             ensure_mirror(repo, mirror, deadline.remaining(), log, [base_ref])
@@ -596,61 +347,20 @@ def _fetch_base(repo: str, mirror: str, base: str, deadline: Deadline, log: str)
         raise PrecompiledError(f"{base_ref!r} is a short SHA, which cannot be fetched from another repository")
     if not commit_exists(mirror, resolution.commit):
         source = resolution.full_ref if resolution.full_ref else resolution.commit
-        fetch_ref(base_url, mirror, source, _base_dest_ref(base_url), deadline.remaining(), log)
+        fetch_ref(base_url, mirror, source, base_dest_ref(base_url), deadline.remaining(), log)
     return resolution.commit
 
 
 def _decide(
     opts: BuildOptions, repo: str, mirror: str, commit: str, inputs: Mapping[str, Any], deadline: Deadline, log: str
 ) -> Decision:
-    label = _base_label(*parse_base(opts.precompiled_base))
+    """The build's decision: fetch precompiled_base into the mirror, then decide (_precompiled)."""
+    label = base_label(*parse_base(opts.precompiled_base))
     try:
         base_commit = _fetch_base(repo, mirror, opts.precompiled_base, deadline, log)
     except (GitError, PrecompiledError) as exc:
-        if opts.precompiled != "auto":
-            raise
-        return Decision(False, opts.precompiled, f"precompiled_base {label} is unusable ({exc}): full build")
-    return _decide_against(opts, mirror, commit, base_commit, label, inputs)
-
-
-def _decide_against(
-    opts: BuildOptions, mirror: str, commit: str, base_commit: str, label: str, inputs: Mapping[str, Any]
-) -> Decision:
-    """The decision once the mirror holds the commit and the base (a build's, or check mode's prediction)."""
-    candidates = local_base_wheels(opts.root, inputs)
-    return decide(opts.precompiled, opts.precompiled_wheel, commit, mirror, base_commit, label, candidates)
-
-
-def _wheel_decision(opts: BuildOptions) -> Optional[Decision]:
-    """auto with a wheel built elsewhere: the building host's decision, taken as made (no repository needed).
-
-    The release then carries mode `auto`, so a later auto lookup on this host accepts it as its own.
-    """
-    if not (opts.wheel and opts.precompiled == "auto" and opts.wheel_precompiled is not None):
-        return None
-    how = "the precompiled path" if opts.wheel_precompiled else "a full build"
-    return Decision(opts.wheel_precompiled, "auto", f"precompiled: auto, decided where the wheel was built ({how})")
-
-
-def _predict_decision(opts: BuildOptions, repo: str, mirror: str, commit: str, inputs: Mapping[str, Any]) -> Decision:
-    """The decision in check mode: from the mirror as it is (read only), when it holds what is needed."""
-    taken = _wheel_decision(opts)
-    if taken is not None:
-        return taken
-    if not needs_git(opts.precompiled, opts.precompiled_wheel):
-        return decide(opts.precompiled, opts.precompiled_wheel)
-    base_url, base_ref = parse_base(opts.precompiled_base)
-    label = _base_label(base_url, base_ref)
-    base_commit = None
-    if os.path.isdir(mirror) and commit_exists(mirror, commit):
-        base_commit = rev_parse(mirror, base_ref if _same_repo(base_url, repo) else _base_dest_ref(base_url or ""))
-    if base_commit is None:
-        reason = (
-            f"not decided in check mode: the mirror does not hold {commit[:12]} and {label} yet "
-            "(the release name assumes a full build)"
-        )
-        return Decision(False, opts.precompiled, reason, decided=False)
-    return _decide_against(opts, mirror, commit, base_commit, label, inputs)
+        return base_unusable(opts, label, exc)
+    return decide_against(opts, mirror, commit, base_commit, label, inputs)
 
 
 def _named(commit: str, inputs: Mapping[str, Any], use_precompiled: bool) -> Tuple[str, str]:
@@ -666,7 +376,7 @@ def _existing(opts: BuildOptions, commit: str, inputs: Mapping[str, Any]) -> Opt
     with `always` may hold compiled modules that do not match the commit's sources.
     """
     choices = {"never": [False], "always": [True]}.get(opts.precompiled, [False, True])
-    if _wheel_decision(opts) is not None:  # the wheel's own variant, not an earlier build of the other
+    if wheel_decision(opts) is not None:  # the wheel's own variant, not an earlier build of the other
         choices = [bool(opts.wheel_precompiled)]
     for use in choices:
         digest, name = _named(commit, inputs, use)
@@ -679,22 +389,17 @@ def _existing(opts: BuildOptions, commit: str, inputs: Mapping[str, Any]) -> Opt
     return None
 
 
-def _added_env(opts: BuildOptions, installer: str, decision: Decision) -> Tuple[Dict[str, str], Dict[str, str]]:
+def _added_env(opts: BuildOptions, installer: Installer, decision: Decision) -> Tuple[Dict[str, str], Dict[str, str]]:
     """What vllm_build adds to the build's environment (none of it a build input), and where MAX_JOBS came from."""
     user = dict(os.environ)
     user.update(opts.build_env)
+    jobs = max_jobs(opts.build_env, os.environ)
     added: Dict[str, str] = {}
-    if "MAX_JOBS" in opts.build_env:
-        max_jobs = {"value": opts.build_env["MAX_JOBS"], "source": "build_env"}
-    elif "MAX_JOBS" in os.environ:
-        max_jobs = {"value": os.environ["MAX_JOBS"], "source": "the environment of the module"}
-    else:
-        jobs, why = derive_max_jobs()
-        added["MAX_JOBS"] = str(jobs)
-        max_jobs = {"value": str(jobs), "source": f"derived: {why}"}
-    added.update(cache_env(opts.root, installer, user))
+    if jobs["source"].startswith("derived"):
+        added["MAX_JOBS"] = jobs["value"]
+    added.update(cache_env(opts.root, installer.name, user))
     added.update(decision.env())
-    return added, max_jobs
+    return added, jobs
 
 
 def _failure_message(cause: str, log_path: str) -> str:
@@ -844,25 +549,6 @@ def _check_expected(opts: BuildOptions, commit: Optional[str], repo: str) -> Non
         )
 
 
-def _validate(opts: BuildOptions) -> None:
-    if opts.build_timeout <= 0:
-        raise BuildError(f"build_timeout must be a positive number of seconds, got {opts.build_timeout:g}")
-    if opts.wheel and not (opts.wheel.endswith(".whl") and os.path.isfile(opts.wheel)):
-        raise BuildError(f"wheel {opts.wheel!r} is not a .whl file on this host; give the path of a wheel")
-    if opts.precompiled not in MODES:
-        raise BuildError(f"precompiled {opts.precompiled!r} is not one of {', '.join(MODES)}")
-    reserved = sorted(name for name in PRECOMPILED_ENV if name in opts.build_env)
-    if reserved:
-        raise BuildError(
-            f"build_env sets {', '.join(reserved)}; the `precompiled` option decides that (auto from the diff, "
-            "or always/never) and `precompiled_wheel` gives the base wheel: remove them from build_env"
-        )
-    try:
-        parse_base(opts.precompiled_base)
-    except PrecompiledError as exc:
-        raise BuildError(str(exc)) from exc
-
-
 def build(opts: BuildOptions, check_mode: bool = False) -> Dict[str, Any]:
     """Resolve `opts.ref`, and build + install it as a release unless that release already exists.
 
@@ -871,7 +557,7 @@ def build(opts: BuildOptions, check_mode: bool = False) -> Dict[str, Any]:
     Outside check mode, `<root>/build-status.json` follows the run from `resolve` to `done` or `failed`.
     """
     started = time.monotonic()
-    _validate(opts)
+    validate(opts)
     status = StatusFile(opts.root, opts.run_id, opts.ref, enabled=not check_mode)
     try:
         status.stage("resolve", f"resolving {opts.ref}")
@@ -892,13 +578,13 @@ def build(opts: BuildOptions, check_mode: bool = False) -> Dict[str, Any]:
 def _build(opts: BuildOptions, check_mode: bool, started: float, status: StatusFile) -> Dict[str, Any]:
     deadline = Deadline(opts.build_timeout)
     repo = normalize_repo(opts.repo)
-    python = _find_python(opts.python)
-    installer = _find_installer(opts.installer)
-    python_version, torch = _probe_python(python, with_torch=not opts.build_isolation)
+    python = find_python(opts.python)
+    installer = find_installer(opts.installer, opts.root)
+    python_version, torch = probe_python(python, with_torch=not opts.build_isolation)
     inputs = {
         "python": python,
         "python_version": python_version,
-        "installer": installer,
+        "installer": installer.name,
         "build_env": opts.build_env,
         "build_isolation": opts.build_isolation,
         "system_site_packages": opts.system_site_packages,
@@ -925,7 +611,7 @@ def _build(opts: BuildOptions, check_mode: bool, started: float, status: StatusF
         if not resolution.commit:
             msg = f"would fetch {redact_url(repo)} to resolve the short SHA {opts.ref!r}, then build"
             return _result(opts, resolution, None, inputs_hash(inputs), started, True, False, None, msg)
-        decision = _predict_decision(opts, repo, mirror, resolution.commit, inputs)
+        decision = predict_decision(opts, repo, mirror, resolution.commit, inputs)
         digest, name = _named(resolution.commit, inputs, decision.use)
         msg = f"would build {name}"
         return _result(opts, resolution, name, digest, started, True, False, None, msg, decision=decision)
@@ -960,7 +646,7 @@ def _plan(
     repo: str,
     mirror: str,
     inputs: Dict[str, Any],
-    installer: str,
+    installer: Installer,
     deadline: Deadline,
     status: StatusFile,
     started: float,
@@ -970,7 +656,7 @@ def _plan(
     Returns a _Plan, or the result dict when the decided release turns out to exist already.
     """
     commit = resolution.commit or ""
-    decision = _wheel_decision(opts)
+    decision = wheel_decision(opts)
     need_source = not opts.wheel
     name = None
     if decision is None and not needs_git(opts.precompiled, opts.precompiled_wheel):
@@ -990,8 +676,8 @@ def _plan(
         except (BuildError, GitError, PrecompiledError) as exc:
             _note(log, f"FAILED: {exc}")
             raise BuildError(_failure_message(str(exc), log)) from exc
-    added_env, max_jobs = _added_env(opts, installer, decision)
-    plan = _Plan(resolution, repo, mirror, inputs, decision, max_jobs, added_env)
+    added_env, jobs = _added_env(opts, installer, decision)
+    plan = _Plan(resolution, repo, mirror, inputs, decision, jobs, added_env)
     if log is not None and name is None:
         manifest = read_json(os.path.join(opts.root, "releases", plan.name, "manifest.json"), None)
         if manifest is not None:  # e.g. made by `always` and found again by auto's own decision

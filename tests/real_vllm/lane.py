@@ -118,7 +118,8 @@ def seed_mirror(root: str, repo: str) -> None:
     _git.ensure_mirror(url, _git.mirror_path(root, url), 600.0)
 
 
-def decisions(env: Dict[str, Any], root: str, python: str) -> List[Dict[str, Any]]:
+def decisions(env: Dict[str, Any], root: str, python: str, **extra: Any) -> List[Dict[str, Any]]:
+    """Check mode on every fork branch with the options a user gives (+ `extra` options)."""
     seed_mirror(root, env["repo"])
     rows = []
     for fork in sources.FORKS:
@@ -133,6 +134,7 @@ def decisions(env: Dict[str, Any], root: str, python: str) -> List[Dict[str, Any
             precompiled="auto",
             precompiled_wheel=env["wheel"],
             precompiled_base=fork.base,
+            **extra,
         )
         started = time.monotonic()
         try:
@@ -181,8 +183,9 @@ def forget_releases(root: str, commit: str) -> List[str]:
     return removed
 
 
-def real_build(env: Dict[str, Any], root: str, python: str, ref: str) -> Dict[str, Any]:
+def real_build(env: Dict[str, Any], root: str, python: str, ref: str, **extra: Any) -> Dict[str, Any]:
     params = build_params(
+        **extra,
         repo=env["repo"],
         ref=ref,
         root=root,
@@ -244,6 +247,26 @@ def report(record: Dict[str, Any]) -> str:
         )
     wrong = [row["branch"] for row in record["decisions"] if not row["ok"]]
     lines += ["", f"Wrong decisions: {', '.join(wrong) if wrong else 'none'}.", ""]
+    if record.get("decisions_named"):
+        lines += [
+            f"### The same, with `precompiled_wheel_commit: v{VERSION}`",
+            "",
+            "| branch | decided | right answer | ok | reason |",
+            "|---|---|---|---|---|",
+        ]
+        for row in record["decisions_named"]:
+            decided = {True: "precompiled", False: "full build", None: "error"}[row["decided"]]
+            lines.append(
+                f"| `{row['branch']}` | {decided} | {'precompiled' if row['right'] else 'full build'} | "
+                f"{'yes' if row['ok'] else '**NO**'} | {_cell(row['reason'] or row['error'])} |"
+            )
+        wrong = [row["branch"] for row in record["decisions_named"] if not row["ok"]]
+        lines += ["", f"Wrong decisions: {', '.join(wrong) if wrong else 'none'}.", ""]
+    build_options = record.get("build_options") or {}
+    if build_options:
+        lines += [f"The real build below was given: `{json.dumps(build_options)}`.", ""]
+    if not build:
+        return "\n".join([*lines, f"Prepare (downloads, uv, repo): {env['prepare_seconds']} s.", ""])
     lines += ["## A real build of `fork/python` (precompiled path, uv)", ""]
     if build.get("error"):
         lines += [f"FAILED: {_cell(build['error'])}", ""]
@@ -290,12 +313,20 @@ def main(argv: Optional[List[str]] = None) -> int:
     python = base_python()
     cache_state = "warm" if os.path.isdir(os.path.join(root, "cache", "uv")) else "cold"
     record: Dict[str, Any] = {"env": env, "python_version": platform.python_version(), "cache_state": cache_state}
+    # Check mode would find the release an earlier run built and report that run's decision.
+    record["removed_before_build"] = [
+        removed for fork in sources.FORKS for removed in forget_releases(root, env["commits"][fork.branch])
+    ]
     record["decisions"] = decisions(env, root, python)
+    # The release wheel's own commit (vllm/_version.py) is upstream's, absent from a repo made from the sdist:
+    # the same rows with the commit named, as a user of such a repo would (when the option exists).
+    named = {"precompiled_wheel_commit": f"v{VERSION}"} if "precompiled_wheel_commit" in build_params() else {}
+    record["decisions_named"] = decisions(env, root, python, **named) if named else []
     record["disk"] = {}
     if not args.skip_build:
-        record["removed_before_build"] = forget_releases(root, env["commits"]["fork/python"])
+        record["build_options"] = named
         try:
-            build = real_build(env, root, python, "fork/python")
+            build = real_build(env, root, python, "fork/python", **named)
         except Exception as exc:
             build = {"error": f"{type(exc).__name__}: {exc}"}
         record["build"] = build
@@ -330,7 +361,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     with open(out, "w", encoding="utf-8") as handle:
         handle.write(report(record))
     print(f"wrote {out}")
-    failed = [row["branch"] for row in record["decisions"] if not row["ok"]]
+    failed = [row["branch"] for row in record["decisions"] + record["decisions_named"] if not row["ok"]]
     broken = (record.get("build") or {}).get("error") or (record.get("facts") or {}).get("error")
     if not args.skip_build and broken:
         failed.append("build/facts")

@@ -14,7 +14,11 @@ Exit status 1 when a decision is wrong or the build or facts fail. Everything he
 from __future__ import annotations
 
 import argparse
+import base64
+import csv
 import datetime
+import hashlib
+import io
 import json
 import os
 import platform
@@ -22,8 +26,9 @@ import shutil
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -163,6 +168,13 @@ def decisions(env: Dict[str, Any], root: str, python: str, **extra: Any) -> List
     return rows
 
 
+def overlay_lines(log_path: Optional[str]) -> List[str]:
+    if not log_path or not os.path.isfile(log_path):
+        return []
+    with open(log_path, encoding="utf-8", errors="replace") as handle:
+        return [line.strip() for line in handle if "wheel overlay" in line]
+
+
 def du(path: str) -> Optional[int]:
     """Bytes on disk under `path`, hard links counted once (`du -s` of one invocation)."""
     if not os.path.exists(path):
@@ -199,6 +211,67 @@ def real_build(env: Dict[str, Any], root: str, python: str, ref: str, **extra: A
     result = run_build(params, check_mode=False)
     result["wall_seconds"] = round(time.monotonic() - started, 1)
     return result
+
+
+def _members(path: str) -> Tuple[Dict[str, str], int]:
+    """sha256 of every member of a wheel, and how many RECORD lines disagree with the members."""
+    digests = {}
+    with zipfile.ZipFile(path) as archive:
+        for info in archive.infolist():
+            digest = hashlib.sha256()
+            with archive.open(info) as member:
+                for chunk in iter(lambda: member.read(1 << 20), b""):
+                    digest.update(chunk)
+            digests[info.filename] = digest.hexdigest()
+        record = next(name for name in digests if name.count("/") == 1 and name.endswith(".dist-info/RECORD"))
+        bad = 0
+        for row in csv.reader(io.StringIO(archive.read(record).decode("utf-8"))):
+            if row and row[0] != record:
+                want = (
+                    "sha256=" + base64.urlsafe_b64encode(bytes.fromhex(digests.get(row[0], ""))).rstrip(b"=").decode()
+                )
+                bad += row[1] != want or int(row[2]) != archive.getinfo(row[0]).file_size
+    return digests, bad
+
+
+def compare_with_plain_build(env: Dict[str, Any], root: str, build: Dict[str, Any]) -> Dict[str, Any]:
+    """vLLM's own precompiled build of the same commit (`uv build`, the real wheel as location, no overlay),
+    compared member by member with the wheel vllm_build made: the wheel overlay's correctness on real vLLM."""
+    work = os.path.join(os.path.dirname(root), "plain-build")
+    shutil.rmtree(work, ignore_errors=True)
+    src = os.path.join(work, "src")
+    subprocess.run(["git", "clone", "-q", "--no-checkout", env["repo"], src], check=True)
+    subprocess.run(["git", "-C", src, "checkout", "-q", "--detach", build["commit"]], check=True)
+    environ = dict(
+        os.environ,
+        UV_CACHE_DIR=os.path.join(root, "cache", "uv"),
+        VLLM_USE_PRECOMPILED="1",
+        VLLM_PRECOMPILED_WHEEL_LOCATION=env["wheel"],
+    )
+    python = os.path.join(build["release"], "venv", "bin", "python")
+    started = time.monotonic()
+    with open(os.path.join(work, "build.log"), "w", encoding="utf-8") as log:
+        subprocess.run(
+            ["uv", "build", "--wheel", "--python", python, "--out-dir", os.path.join(work, "dist"), src],
+            check=True,
+            env=environ,
+            stdout=log,
+            stderr=log,
+        )
+    seconds = round(time.monotonic() - started, 1)
+    plain = os.path.join(work, "dist", os.listdir(os.path.join(work, "dist"))[0])
+    ours, ours_bad = _members(build["wheel"])
+    theirs, theirs_bad = _members(plain)
+    differ = sorted(name for name in set(ours) | set(theirs) if ours.get(name) != theirs.get(name))
+    shutil.rmtree(work, ignore_errors=True)
+    return {
+        "plain_wheel": os.path.basename(plain),
+        "plain_build_seconds": seconds,
+        "members": len(ours),
+        "differ": differ[:20],
+        "identical": not differ,
+        "record_bad_lines": {"vllm_build": ours_bad, "plain": theirs_bad},
+    }
 
 
 def facts(root: str, release: str) -> Dict[str, Any]:
@@ -281,7 +354,24 @@ def report(record: Dict[str, Any]) -> str:
             f"{_gib(record['disk'].get('root_shared'))} (hard links counted once)",
             "",
         ]
-    lines += ["## vllm_facts on that release (CPU-only host: no GPU driver)", ""]
+    for line in record.get("overlay_log") or []:
+        lines.append(f"- log: `{line}`")
+    compare = record.get("compare")
+    if compare:
+        if compare.get("error"):
+            lines += ["", f"Comparison with vLLM's own precompiled build FAILED: {_cell(compare['error'])}"]
+        else:
+            verdict = (
+                "all identical (sha256 each)" if compare["identical"] else "DIFFERENT: " + ", ".join(compare["differ"])
+            )
+            lines += [
+                "",
+                f"Against vLLM's own precompiled build of the same commit (`uv build`, the real wheel as location, "
+                f"no overlay; {compare['plain_build_seconds']} s): {compare['members']} members, "
+                f"{verdict}"
+                f"; RECORD lines that do not match their member: {compare['record_bad_lines']}.",
+            ]
+    lines += ["", "## vllm_facts on that release (CPU-only host: no GPU driver)", ""]
     if found.get("error"):
         lines += [f"FAILED: {_cell(found['error'])}", ""]
     elif found:
@@ -306,6 +396,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--dir", default=default_dir(), help="where the heavy data lives (default %(default)s)")
     parser.add_argument("--out", default=None, help="the markdown report (default docs/real-vllm/<UTC date>.md)")
     parser.add_argument("--skip-build", action="store_true", help="decisions only")
+    parser.add_argument("--skip-compare", action="store_true", help="no plain vLLM build to compare the wheel with")
     args = parser.parse_args(argv)
     directory = os.path.abspath(args.dir)
     env = prepare(directory)
@@ -331,7 +422,13 @@ def main(argv: Optional[List[str]] = None) -> int:
             build = {"error": f"{type(exc).__name__}: {exc}"}
         record["build"] = build
         if build.get("release"):
+            record["overlay_log"] = overlay_lines(build.get("log_path"))
             record["facts"] = facts(root, build["release"])
+            if not args.skip_compare:
+                try:
+                    record["compare"] = compare_with_plain_build(env, root, build)
+                except Exception as exc:
+                    record["compare"] = {"error": f"{type(exc).__name__}: {exc}", "identical": False}
             record["disk"] = {
                 "release": du(build["release"]),
                 "wheel": os.path.getsize(build["wheel"]) if build.get("wheel") else None,
@@ -363,6 +460,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     print(f"wrote {out}")
     failed = [row["branch"] for row in record["decisions"] + record["decisions_named"] if not row["ok"]]
     broken = (record.get("build") or {}).get("error") or (record.get("facts") or {}).get("error")
+    broken = broken or (record.get("compare") is not None and not record["compare"].get("identical"))
     if not args.skip_build and broken:
         failed.append("build/facts")
     if failed:

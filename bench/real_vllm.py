@@ -129,6 +129,7 @@ def measure_vllm_build(env: Dict[str, Any], root: str, python: str, ref: str) ->
         precompiled="auto",
         precompiled_wheel=env["wheel"],
         precompiled_base="main",
+        **lane.wheel_commit_options(),
     )
     started = time.monotonic()
     from ansible_collections.vllm_ops.dflash.plugins.module_utils import _build
@@ -259,7 +260,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     python = lane.base_python()
     if not os.path.isdir(os.path.join(root, "cache", "uv")):
         print("warm-up: building fork/python once (not measured)", flush=True)
-        lane.real_build(env, root, python, "fork/python")
+        lane.real_build(env, root, python, "fork/python", **lane.wheel_commit_options())
     record: Dict[str, Any] = {"vllm_build": [], "bare": []}
     for round_ in range(args.rounds):
         n = next_bump(env["repo"])

@@ -109,6 +109,12 @@ def build_params(**given: Any) -> Dict[str, Any]:
     return params
 
 
+def wheel_commit_options() -> Dict[str, str]:
+    """`precompiled_wheel_commit: v<version>` where vllm_build has the option: the release wheel's own commit
+    (upstream's, in its vllm/_version.py) is not in a repo made from the sdist; its tag is."""
+    return {"precompiled_wheel_commit": f"v{VERSION}"} if "precompiled_wheel_commit" in build_params() else {}
+
+
 def run_build(params: Dict[str, Any], check_mode: bool) -> Dict[str, Any]:
     from ansible_collections.vllm_ops.dflash.plugins.module_utils import _build
 
@@ -411,7 +417,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     record["decisions"] = decisions(env, root, python)
     # The release wheel's own commit (vllm/_version.py) is upstream's, absent from a repo made from the sdist:
     # the same rows with the commit named, as a user of such a repo would (when the option exists).
-    named = {"precompiled_wheel_commit": f"v{VERSION}"} if "precompiled_wheel_commit" in build_params() else {}
+    named = wheel_commit_options()
     record["decisions_named"] = decisions(env, root, python, **named) if named else []
     record["disk"] = {}
     if not args.skip_build:

@@ -2,11 +2,18 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 from __future__ import annotations
 
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_options import (
+    BUILD_ARGUMENT_SPEC,
+    with_spec_defaults,
+)
+
 
 class ModuleDocFragment:
     # The options that name a release: vllm_build builds it, dflash_drift looks it up. One text, one
-    # argument spec (module_utils/_build.py BUILD_ARGUMENT_SPEC), so both always agree on the name.
-    DOCUMENTATION = r"""
+    # argument spec (module_utils/_build_options.py BUILD_ARGUMENT_SPEC), so both always agree on the name.
+    # No `default:` is written here: each comes from the spec (with_spec_defaults), so none is written twice.
+    DOCUMENTATION = with_spec_defaults(
+        r"""
 options:
   repo:
     description:
@@ -32,7 +39,6 @@ options:
   root:
     description: The vLLM root holding C(releases/), C(wheels/), C(src/), C(build/), C(logs/) and C(.lock).
     type: path
-    default: /opt/vllm
   python:
     description:
       - The interpreter to create the release venv with, as a command on PATH or a path. Its absolute path and
@@ -40,15 +46,16 @@ options:
       - It needs the C(venv) module with C(ensurepip) (Debian and Ubuntu - the C(python3-venv) package) unless
         the installer is uv.
     type: str
-    default: python3
   installer:
     description:
       - What creates the venv, builds the wheel and installs it. V(pip) - C(python -m venv), C(pip wheel),
-        C(pip install). V(uv) - C(uv venv), C(uv build --wheel), C(uv pip install). V(auto) - uv if C(uv) is on
-        PATH, else pip. The resolved installer is a build input.
+        C(pip install). V(uv) - C(uv venv), C(uv build --wheel), C(uv pip install). V(auto) - uv if there is one
+        (O(root)C(/tools/bin/uv) first - the pinned uv the C(vllm_install) role provisions on a host without
+        uv - then C(uv) on PATH), else pip. The resolved installer is a build input.
+      - uv installs by hardlink from its cache O(root)C(/cache/uv) (C(UV_LINK_MODE=hardlink), on the file system
+        of the releases), so releases that share packages share their disk blocks.
     type: str
     choices: [auto, uv, pip]
-    default: auto
   build_env:
     description:
       - Extra environment for every build step, on top of the module's environment, for example C(MAX_JOBS),
@@ -56,33 +63,33 @@ options:
       - The variables of vLLM's precompiled path (C(VLLM_USE_PRECOMPILED), C(VLLM_PRECOMPILED_WHEEL_LOCATION),
         C(VLLM_PRECOMPILED_WHEEL_COMMIT), C(VLLM_USE_PRECOMPILED_RUST), C(VLLM_DOCKER_BUILD_CONTEXT)) are refused
         here - O(precompiled), O(precompiled_wheel) and O(precompiled_wheel_commit) set them.
-      - It is a build input, so changing it builds a new release. It is recorded in C(manifest.json); do not put
-        secrets here.
+      - It is a build input, so changing it builds a new release. It is recorded in C(manifest.json) and the
+        build log, except the values of names that say they hold a credential (containing C(TOKEN), C(KEY),
+        C(SECRET), C(PASS), C(CREDENTIAL), C(AUTH), C(COOKIE) or C(SESSION), any case) and credentials in URLs -
+        those are masked everywhere (manifest, log, status file, result) and are no build input.
     type: dict
-    default: {}
   build_timeout:
     description: Seconds for the whole fetch + checkout + venv + wheel build + install.
     type: int
-    default: 3600
   build_isolation:
     description:
       - Build the wheel in an isolated environment with the project's declared build requirements (pip's
-        default). V(false) passes C(--no-build-isolation) - the build requirements (for vLLM - torch, cmake,
-        ninja, setuptools-scm ...) must then already be in the venv, usually with O(system_site_packages).
+        default). V(false) passes C(--no-build-isolation) and first installs the ref's own build requirements into
+        the release venv, as vLLM's docs do - C(requirements/build/<VLLM_TARGET_DEVICE, default cuda>.txt), else
+        C(requirements/build.txt), else C(pyproject.toml) C([build-system] requires). With
+        O(system_site_packages) and a torch the venv already sees, the torch lines are left out (vLLM's
+        C(use_existing_torch.py)), and that torch version is a build input.
     type: bool
-    default: true
   system_site_packages:
     description: Create the venv with C(--system-site-packages) (for example to use a system-wide torch).
     type: bool
-    default: false
   pip_args:
     description:
       - Extra arguments for every pip or uv call (wheel build, build requirements, install), for example
         C([--no-index, --find-links, /srv/wheelhouse]) on an air-gapped host, or C([--extra-index-url, URL]).
-      - They are a build input.
+      - They are a build input; credentials in URLs among them are removed from every record.
     type: list
     elements: str
-    default: []
   wheel:
     description:
       - Path of a wheel on the host to install instead of building (build once, copy the wheel to the other
@@ -128,7 +135,6 @@ options:
         from the building host.
     type: str
     choices: [auto, always, never]
-    default: auto
   precompiled_base:
     description:
       - The upstream branch the ref came from - a branch, tag or C(refs/...) of O(repo), or C(<url>#<ref>) for a
@@ -139,7 +145,6 @@ options:
       - If it cannot be fetched, O(precompiled=auto) builds in full and says why in
         RV(vllm_ops.dflash.vllm_build#module:precompiled_reason).
     type: str
-    default: main
   precompiled_wheel:
     description:
       - The base wheel for the precompiled path (C(VLLM_PRECOMPILED_WHEEL_LOCATION)) - a path on the host or a URL
@@ -164,4 +169,6 @@ options:
         host's C(auto) decision, so a later C(auto) lookup here (a re-run, M(vllm_ops.dflash.dflash_drift))
         accepts it. Ignored without O(wheel) or with V(always) / V(never).
     type: bool
-"""
+""",
+        BUILD_ARGUMENT_SPEC,
+    )

@@ -16,6 +16,7 @@ and the precompiled decision (_precompiled). This file is the run: resolve, plan
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -33,14 +34,18 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_host import
 )
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_options import (
     BUILD_ARGUMENT_SPEC,
+    MASK,
     PRECOMPILED_ENV,
     VLLM_BUILD_ARGUMENT_SPEC,
     BuildError,
     BuildOptions,
     build_options,
     option_secrets,
+    recorded_build_env,
+    recorded_pip_args,
     validate,
 )
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_requirements import build_requirements
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_status import STATUS_NAME, StatusFile
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import (
     read_json,
@@ -114,6 +119,9 @@ __all__ = [
 MANIFEST_SCHEMA = 1
 TAIL_LINES = 20
 KILL_GRACE = 10.0
+# A release built beside the one `current` names (releases/.building-<name>), swapped in when complete.
+STAGING_PREFIX = ".building-"
+_NO_SPACE = ("No space left on device", "[Errno 28]", "ENOSPC", "Disk quota exceeded")
 # dflash_drift imports the old name.
 url_secrets = option_secrets
 
@@ -133,14 +141,23 @@ def _log_path(root: str, label: str) -> str:
 
 
 class _Paths:
-    def __init__(self, root: str, name: str, log: Optional[str] = None) -> None:
-        self.release = os.path.join(root, "releases", name)
+    """Where one release attempt writes. `staging`: the release is built beside its final place (which
+    `current` names) and swapped in at the end, so what serves is never removed or rebuilt in place."""
+
+    def __init__(self, root: str, name: str, log: Optional[str] = None, staging: bool = False) -> None:
+        self.root = root
+        self.final = os.path.join(root, "releases", name)
+        self.release = os.path.join(root, "releases", STAGING_PREFIX + name) if staging else self.final
         self.venv = os.path.join(self.release, "venv")
         self.manifest = os.path.join(self.release, "manifest.json")
         self.wheels = os.path.join(root, "wheels", name)
         self.build = os.path.join(root, "build", name)
         self.src = os.path.join(self.build, "src")
         self.dist = os.path.join(self.build, "dist")
+        # TMPDIR of every step: pip's and uv's build environments (torch included: GBs for vLLM) go with
+        # the build directory, also after a kill.
+        self.tmp = os.path.join(self.build, "tmp")
+        self.requirements = os.path.join(self.build, "build-requirements.txt")
         self.log = log or _log_path(root, name)
 
 
@@ -194,12 +211,14 @@ class _Builder:
         self.installer = installer
         self.python = python
         self.status = status
+        self.secrets = status.secrets
         env = git_env()
         for name in PRECOMPILED_ENV:
             env.pop(name, None)
         env.update(opts.build_env)
         env.update({"LC_ALL": "C", "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1"})
         env.update(added_env)
+        env.update({"TMPDIR": paths.tmp, "TEMP": paths.tmp, "TMP": paths.tmp})
         self.env = env
 
     @property
@@ -207,21 +226,25 @@ class _Builder:
         return os.path.join(self.paths.venv, "bin", "python")
 
     def note(self, text: str) -> None:
-        _note(self.paths.log, text)
+        _note(self.paths.log, self.status.scrub(text))
 
     def step(
         self, what: str, argv: List[str], cwd: Optional[str] = None, env: Optional[Mapping[str, str]] = None
     ) -> CommandResult:
-        result = run_command(
-            argv,
-            self.deadline.remaining(),
-            log_path=self.paths.log,
-            env=dict(env or self.env),
-            cwd=cwd,
-            grace=KILL_GRACE,
-            tail_lines=TAIL_LINES,
-            progress=self.status.tick,
-        )
+        os.makedirs(self.paths.tmp, exist_ok=True)
+        try:
+            result = run_command(
+                argv,
+                self.deadline.remaining(),
+                log_path=self.paths.log,
+                env=dict(env or self.env),
+                cwd=cwd,
+                grace=KILL_GRACE,
+                tail_lines=TAIL_LINES,
+                progress=self.status.tick,
+            )
+        finally:
+            _scrub_file(self.paths.log, self.secrets)  # a tool may echo a secret it was given
         if result.timed_out:
             survivors = f"; processes that would not die: {result.survivors}" if result.survivors else ""
             raise BuildError(
@@ -230,8 +253,29 @@ class _Builder:
                 "cost (e.g. build_env MAX_JOBS / TORCH_CUDA_ARCH_LIST)"
             )
         if result.rc != 0:
-            raise BuildError(f"{what} failed with exit code {result.rc}")
+            raise BuildError(
+                f"{what} failed with exit code {result.rc}{_no_space_hint(self.paths.root, result.log_tail)}"
+            )
         return result
+
+    def install_build_requirements(self, src: str, keep_torch: bool) -> Optional[str]:
+        """Install the checkout's build requirements into the venv (a build without isolation builds
+        against the venv). Returns where they came from, or None when the checkout declares none."""
+        device = self.env.get("VLLM_TARGET_DEVICE")
+        found = build_requirements(src, self.paths.requirements, device, keep_torch)
+        if found is None:
+            self.note("build_isolation=false: the checkout declares no build requirements; building against the venv")
+            return None
+        self.note(f"build_isolation=false: installing the build requirements of {found.source} into the venv")
+        if found.skipped:
+            self.note(f"the venv already sees torch: left out of the build requirements: {', '.join(found.skipped)}")
+        argv = self.installer.argv("install", [*self.opts.pip_args, "-r", found.file], venv_python=self.venv_python)
+        self.step(f"installing the build requirements ({found.source})", argv, cwd=src)
+        return found.source
+
+    def venv_torch(self) -> Optional[str]:
+        """The torch version the venv's own python sees (what a build without isolation compiles against)."""
+        return probe_python(self.venv_python, with_torch=True)[1]
 
     def create_venv(self) -> None:
         argv = self.installer.argv(
@@ -369,6 +413,16 @@ def _named(commit: str, inputs: Mapping[str, Any], use_precompiled: bool) -> Tup
     return digest, release_name(commit, digest)
 
 
+def _read_manifest(release: str) -> Optional[Dict[str, Any]]:
+    """The manifest of a complete release; None when it is missing, not JSON or not an object: such a
+    release is incomplete and is built again (beside it when `current` names it), never an error."""
+    try:
+        manifest = read_json(os.path.join(release, "manifest.json"), None)
+    except (OSError, ValueError):
+        return None
+    return manifest if isinstance(manifest, dict) else None
+
+
 def _existing(opts: BuildOptions, commit: str, inputs: Mapping[str, Any]) -> Optional[Tuple[str, str, Dict]]:
     """An already built release of `commit` that this run accepts: (name, digest, manifest).
 
@@ -380,7 +434,7 @@ def _existing(opts: BuildOptions, commit: str, inputs: Mapping[str, Any]) -> Opt
         choices = [bool(opts.wheel_precompiled)]
     for use in choices:
         digest, name = _named(commit, inputs, use)
-        manifest = read_json(os.path.join(opts.root, "releases", name, "manifest.json"), None)
+        manifest = _read_manifest(os.path.join(opts.root, "releases", name))
         if manifest is None:
             continue
         if opts.precompiled == "auto" and not compiled_from_its_sources(manifest):
@@ -433,17 +487,106 @@ class _Plan:
         self.added_env = dict(added_env)
 
 
+def _scrub_file(path: str, secrets: List[str]) -> None:
+    """Mask `secrets` in a log file (written by the tools themselves, who may echo what they were given)."""
+    if not secrets:
+        return
+    with contextlib.suppress(OSError):
+        with open(path, encoding="utf-8", errors="surrogateescape") as handle:
+            text = handle.read()
+        scrubbed = text
+        for secret in secrets:
+            scrubbed = scrubbed.replace(secret, MASK)
+        if scrubbed != text:
+            with open(path, "w", encoding="utf-8", errors="surrogateescape") as handle:
+                handle.write(scrubbed)
+
+
+def _no_space_hint(root: str, text: str) -> str:
+    """'; no space left on device ...' when `text` (a log tail, an error) says so or the root's file system is full."""
+    free = None
+    with contextlib.suppress(OSError):
+        stat = os.statvfs(root if os.path.isdir(root) else os.path.dirname(root))
+        free = stat.f_bavail * stat.f_frsize
+    if not (any(sign in text for sign in _NO_SPACE) or (free is not None and free < 64 * 1024**2)):
+        return ""
+    left = f" ({free / 1024**2:.0f} MiB free)" if free is not None else ""
+    return (
+        f"; no space left on device on the file system of {root}{left}. Fix: free space there (old releases: "
+        f"vllm_release action=prune; caches: {os.path.join(root, 'cache')}) or give `root` a larger disk, then re-run"
+    )
+
+
+def _serving(root: str) -> Optional[str]:
+    """The release name `current` points to (what serves), or None."""
+    with contextlib.suppress(OSError):
+        return os.path.basename(os.path.normpath(os.readlink(os.path.join(root, "current"))))
+    return None
+
+
+def _remove_debris(root: str) -> None:
+    """Checkouts and staged releases of builds that were killed outright (we hold the host lock: no other
+    build runs). Their TMPDIR, with pip's build environments, is inside the checkout's directory."""
+    with contextlib.suppress(FileNotFoundError):
+        for name in os.listdir(os.path.join(root, "build")):
+            shutil.rmtree(os.path.join(root, "build", name), ignore_errors=True)
+    with contextlib.suppress(FileNotFoundError):
+        for name in os.listdir(os.path.join(root, "releases")):
+            if name.startswith(STAGING_PREFIX):
+                shutil.rmtree(os.path.join(root, "releases", name), ignore_errors=True)
+
+
+def _relocate_venv(venv: str, old: str, new: str) -> None:
+    """Make the venv at `venv`, created as `old`, right for the path `new`: its scripts' shebangs, the
+    activate files and pyvenv.cfg name the path the venv was created at (its python finds itself)."""
+    candidates = [os.path.join(venv, "pyvenv.cfg")]
+    bin_dir = os.path.join(venv, "bin")
+    with contextlib.suppress(FileNotFoundError):
+        candidates += [os.path.join(bin_dir, name) for name in os.listdir(bin_dir)]
+    for path in candidates:
+        if os.path.islink(path) or not os.path.isfile(path) or os.path.getsize(path) > 1024**2:
+            continue
+        with open(path, "rb") as handle:
+            data = handle.read()
+        if old.encode() in data:
+            mode = os.stat(path).st_mode
+            tmp = path + ".relocate"
+            with open(tmp, "wb") as handle:
+                handle.write(data.replace(old.encode(), new.encode()))
+            os.chmod(tmp, mode)
+            os.replace(tmp, path)
+
+
+def _swap_in(paths: _Paths) -> None:
+    """Put the release built beside its final place there: the old directory (incomplete, named by
+    `current`) is renamed away and the new one renamed in, two renames in one directory."""
+    _relocate_venv(paths.venv, paths.venv, os.path.join(paths.final, "venv"))
+    old = os.path.join(os.path.dirname(paths.final), f"{STAGING_PREFIX}{os.path.basename(paths.final)}.old")
+    shutil.rmtree(old, ignore_errors=True)
+    os.rename(paths.final, old)
+    os.rename(paths.release, paths.final)
+    shutil.rmtree(old, ignore_errors=True)
+
+
 def _make_release(opts: BuildOptions, builder: _Builder, plan: _Plan) -> Dict[str, Any]:
     paths = builder.paths
     status = builder.status
     started = time.monotonic()
-    remove_hidden_first(paths.release)  # debris of a run that was killed outright (no manifest: we hold the lock)
-    shutil.rmtree(paths.build, ignore_errors=True)
+    _remove_debris(opts.root)
+    if not paths.release.startswith(os.path.join(opts.root, "releases", STAGING_PREFIX)):
+        remove_hidden_first(paths.release)  # debris of a run that was killed outright (no manifest: we hold the lock)
     builder.note(f"vllm_build {plan.name}: {redact_url(plan.repo)} {opts.ref} -> {plan.commit}")
+    if paths.release != paths.final:
+        builder.note(
+            f"{paths.final} has no valid manifest.json but `current` names it: building beside it "
+            f"({paths.release}) and swapping it in when complete; what serves stays until then"
+        )
     builder.note("inputs: " + json.dumps(plan.inputs, sort_keys=True))
     builder.note(f"precompiled: {'yes' if plan.decision.use else 'no'}: {plan.decision.reason}")
     builder.note(f"MAX_JOBS={plan.max_jobs['value']} ({plan.max_jobs['source']})")
-    builder.note("environment added by vllm_build (not build inputs): " + json.dumps(plan.added_env, sort_keys=True))
+    added = {key: redact_url(value) for key, value in plan.added_env.items()}
+    builder.note("environment added by vllm_build (not build inputs): " + json.dumps(added, sort_keys=True))
+    build_torch = None
     try:
         if opts.wheel:
             wheel = builder.adopt_wheel(opts.wheel)
@@ -459,6 +602,10 @@ def _make_release(opts: BuildOptions, builder: _Builder, plan: _Plan) -> Dict[st
         status.stage("install" if wheel else "build", "creating the venv")
         builder.create_venv()
         if not wheel:
+            if not opts.build_isolation:
+                builder.install_build_requirements(paths.src, keep_torch=plan.inputs.get("torch") is None)
+                build_torch = builder.venv_torch()
+                builder.note(f"the wheel builds against the venv's torch: {build_torch or 'none'}")
             wheel = builder.build_wheel(paths.src)
             status.stage("install", f"installing {os.path.basename(wheel)}")
         builder.install(wheel)
@@ -479,20 +626,30 @@ def _make_release(opts: BuildOptions, builder: _Builder, plan: _Plan) -> Dict[st
             "stage_seconds": status.durations(),
             "log_path": paths.log,
             "source": source,
+            "build_torch": build_torch,
             "precompiled": plan.decision.use,
             "precompiled_reason": plan.decision.reason,
             "precompiled_details": plan.decision.details(),
             "max_jobs": plan.max_jobs,
-            "added_env": {key: redact_url(value) for key, value in plan.added_env.items()},
+            "added_env": added,
         }
         write_json_atomic(paths.manifest, manifest)  # last: from now on the release exists
+        if paths.release != paths.final:
+            _swap_in(paths)
+            builder.note(f"swapped the new {plan.name} in place of the incomplete one")
         builder.note(f"release {plan.name} complete")
     except BaseException as exc:
-        remove_hidden_first(paths.release)
+        if paths.release != paths.final:
+            shutil.rmtree(paths.release, ignore_errors=True)  # the serving directory stays as it was
+        else:
+            remove_hidden_first(paths.release)
         shutil.rmtree(paths.build, ignore_errors=True)
         if isinstance(exc, (BuildError, CommandInterrupted, GitError, OSError, ValueError)):
-            builder.note(f"FAILED: {exc}")
-            raise BuildError(_failure_message(str(exc), paths.log)) from exc
+            cause = str(exc)
+            if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                cause += _no_space_hint(opts.root, "No space left on device")
+            builder.note(f"FAILED: {cause}")
+            raise BuildError(_failure_message(builder.status.scrub(cause), paths.log)) from exc
         raise
     shutil.rmtree(paths.build, ignore_errors=True)
     return manifest
@@ -558,14 +715,18 @@ def build(opts: BuildOptions, check_mode: bool = False) -> Dict[str, Any]:
     """
     started = time.monotonic()
     validate(opts)
-    status = StatusFile(opts.root, opts.run_id, opts.ref, enabled=not check_mode)
+    status = StatusFile(
+        opts.root, opts.run_id, opts.ref, enabled=not check_mode, secrets=sorted(option_secrets(vars(opts)))
+    )
     try:
         status.stage("resolve", f"resolving {opts.ref}")
         result = _build(opts, check_mode, started, status)
     except BaseException as exc:
         cause = exc
-        if isinstance(exc, (GitError, LockTimeout, PrecompiledError)):
-            cause = BuildError(str(exc))
+        if isinstance(exc, (BuildError, GitError, PrecompiledError)):
+            cause = BuildError(status.scrub(str(exc)))
+        elif isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            cause = BuildError(f"{exc}{_no_space_hint(opts.root, str(exc))}")
         status.stage("failed", (str(cause).splitlines() or [type(exc).__name__])[0][:300])
         if cause is not exc:
             raise cause from exc
@@ -580,17 +741,19 @@ def _build(opts: BuildOptions, check_mode: bool, started: float, status: StatusF
     repo = normalize_repo(opts.repo)
     python = find_python(opts.python)
     installer = find_installer(opts.installer, opts.root)
-    python_version, torch = probe_python(python, with_torch=not opts.build_isolation)
+    # Compiled modules depend on torch's ABI. Without isolation the build compiles against the venv's
+    # torch: the interpreter's, which the venv sees through system site packages, else the one the
+    # commit's build requirements install (the commit is in the name). With isolation they pin it.
+    python_version, torch = probe_python(python, with_torch=not opts.build_isolation and opts.system_site_packages)
     inputs = {
         "python": python,
         "python_version": python_version,
         "installer": installer.name,
-        "build_env": opts.build_env,
+        # Recorded without credentials, and hashed so: a rotated token names no new release.
+        "build_env": recorded_build_env(opts.build_env),
         "build_isolation": opts.build_isolation,
         "system_site_packages": opts.system_site_packages,
-        "pip_args": opts.pip_args,
-        # Compiled modules depend on torch's ABI: the torch the build sees without isolation (with
-        # isolation, the commit's own build requirements pin it, and the commit is in the name) ...
+        "pip_args": recorded_pip_args(opts.pip_args),
         "torch": torch,
         # ... and on the GPU architectures compiled for (unset: the build host's GPUs).
         "torch_cuda_arch_list": opts.build_env.get("TORCH_CUDA_ARCH_LIST", os.environ.get("TORCH_CUDA_ARCH_LIST")),
@@ -614,9 +777,21 @@ def _build(opts: BuildOptions, check_mode: bool, started: float, status: StatusF
         decision = predict_decision(opts, repo, mirror, resolution.commit, inputs)
         digest, name = _named(resolution.commit, inputs, decision.use)
         msg = f"would build {name}"
+        if _serving(opts.root) == name and os.path.lexists(os.path.join(opts.root, "releases", name)):
+            msg += " beside the incomplete release `current` names (no valid manifest.json), then swap it in"
         return _result(opts, resolution, name, digest, started, True, False, None, msg, decision=decision)
 
-    with host_lock(opts.root, deadline.remaining()):
+    lock = contextlib.ExitStack()
+    try:
+        lock.enter_context(host_lock(opts.root, deadline.remaining()))
+    except LockTimeout as exc:
+        holder = f"process {exc.holder_pid}" if exc.holder_pid else "another process"
+        raise BuildError(
+            f"{exc.path} is held by {holder} (a build or release swap on this host) for the whole "
+            f"build_timeout={opts.build_timeout:.0f}s that vllm_build waits for it. Fix: wait for that run to "
+            "finish (its progress: build-status.json), or raise build_timeout"
+        ) from exc
+    with lock:
         if resolution.commit is None:
             fetch_log = os.path.join(opts.root, "logs", f"fetch-{os.path.basename(mirror)}.log")
             status.stage("fetch", f"fetching {redact_url(repo)} to resolve {opts.ref}", log_path=fetch_log)
@@ -629,7 +804,10 @@ def _build(opts: BuildOptions, check_mode: bool, started: float, status: StatusF
         plan = _plan(opts, resolution, repo, mirror, inputs, installer, deadline, status, started)
         if isinstance(plan, dict):
             return plan
-        paths = _Paths(opts.root, plan.name, status.data.get("log_path"))
+        # Never remove or rebuild in place what serves: a release `current` names without a valid
+        # manifest is built beside and swapped in.
+        beside = _serving(opts.root) == plan.name and os.path.lexists(os.path.join(opts.root, "releases", plan.name))
+        paths = _Paths(opts.root, plan.name, status.data.get("log_path"), staging=beside)
         status.update(release_name=plan.name, commit=plan.commit, log_path=paths.log)
         builder = _Builder(opts, paths, deadline, installer, python, status, plan.added_env)
         manifest = _make_release(opts, builder, plan)
@@ -679,7 +857,7 @@ def _plan(
     added_env, jobs = _added_env(opts, installer, decision)
     plan = _Plan(resolution, repo, mirror, inputs, decision, jobs, added_env)
     if log is not None and name is None:
-        manifest = read_json(os.path.join(opts.root, "releases", plan.name, "manifest.json"), None)
+        manifest = _read_manifest(os.path.join(opts.root, "releases", plan.name))
         if manifest is not None:  # e.g. made by `always` and found again by auto's own decision
             os.unlink(log)
             msg = f"{plan.name} exists"

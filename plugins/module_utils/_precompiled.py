@@ -473,7 +473,8 @@ def _wheel_commit(
     sha = resolve_commit(mirror, name)
     if sha is None:
         shown = info.tag if name.startswith("refs/tags/") else name
-        return None, source, f"the base wheel's commit {shown} ({source}) is not in the repository"
+        why = f"the base wheel's commit {shown} ({source}) is not in the repository"
+        return None, source, f"{why} (precompiled_wheel_commit can name the commit it was built from)"
     return sha, source, None
 
 

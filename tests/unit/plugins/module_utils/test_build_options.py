@@ -83,3 +83,14 @@ def test_secrets_are_masked_by_name_and_in_urls():
         "build_env": env,
     }
     assert option_secrets(params) == {"hf_x1", "k2", "p3", "c4", "t5", "tok6", "tok7", "tok8", "tok9"}
+
+
+def test_the_doc_fragment_takes_its_defaults_from_the_spec():
+    yaml = pytest.importorskip("yaml")
+    from ansible_collections.vllm_ops.dflash.plugins.doc_fragments.build import ModuleDocFragment
+
+    documented = yaml.safe_load(ModuleDocFragment.DOCUMENTATION)["options"]
+    assert set(documented) == set(BUILD_ARGUMENT_SPEC)
+    for name, spec in BUILD_ARGUMENT_SPEC.items():
+        assert documented[name].get("default") == spec.get("default"), name
+        assert documented[name]["type"] == spec["type"], name

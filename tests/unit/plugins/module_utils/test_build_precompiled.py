@@ -185,3 +185,15 @@ def test_always_without_a_wheel_builds_on_the_merge_bases_wheel_never_the_nightl
     assert f"Using precompiled wheel commit {shas['main']}" in log and "nightly wheel" not in log
     with zipfile.ZipFile(result["wheel"]) as built:
         assert built.read("vllm/_C.abi3.so") == b"merge-base libraries"
+
+
+def test_check_mode_names_the_always_release_and_asks_no_index(engine, tmp_path, monkeypatch):
+    repo, shas = engine
+    monkeypatch.setattr(_precompiled, "NIGHTLY_INDEX", (tmp_path / "no-index").as_uri())  # unreachable: unasked
+    bare = build(options(repo, tmp_path / "empty", "dflash-fix", precompiled="always"), check_mode=True)
+    assert bare["precompiled"] is True and "the commit to pin is not known in check mode" in bare["precompiled_reason"]
+    root = mirrored(repo, tmp_path / "root")
+    known = build(options(repo, root, "dflash-fix", precompiled="always"), check_mode=True)
+    assert (known["precompiled"], known["release_name"]) == (True, bare["release_name"])
+    assert f"the wheel of {shas['main'][:12]} (merge-base with main)" in known["precompiled_reason"]
+    assert "is asked by the build, not in check mode" in known["precompiled_reason"]

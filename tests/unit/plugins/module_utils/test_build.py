@@ -405,8 +405,9 @@ def test_fixture_engine_python_only_pull_request_is_built_precompiled(pip_args, 
     assert (pull["built"], pull["commit"], pull["precompiled"]) == (True, refs["refs/pull/1/head"], True)
     merge_base = refs["refs/heads/main"][:12]
     assert pull["precompiled_reason"] == (
-        f"1 file changed since merge-base {merge_base} with main, none under csrc/ cmake/ CMakeLists.txt setup.py "
-        f"requirements/: precompiled from the wheel of release {main['release_name']} (same compiled sources)"
+        f"1 file changed since the base wheel's commit {merge_base} (the manifest of release {main['release_name']}),"
+        f" none under vLLM's compiled paths: precompiled from the wheel of release {main['release_name']} "
+        "(same compiled sources)"
     )
     log = Path(pull["log_path"]).read_text()
     assert f"Using precompiled extensions from {main['wheel']}" in log  # the engine's setup.py honoured it
@@ -423,8 +424,8 @@ def test_fixture_engine_python_only_pull_request_is_built_precompiled(pip_args, 
         None,
     )
     broken = build(engine_options("fault/broken-ext"), check_mode=True)
-    assert broken["precompiled"] is False and "1 under csrc/ cmake/" in broken["precompiled_reason"]
-    assert "(csrc/ops.c): full build" in broken["precompiled_reason"]
+    assert broken["precompiled"] is False and "1 under vLLM's compiled paths" in broken["precompiled_reason"]
+    assert "(csrc/ops.c)" in broken["precompiled_reason"] and broken["precompiled_reason"].endswith(": full build")
 
 
 def test_inputs_hash_and_name():

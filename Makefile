@@ -12,12 +12,14 @@ SANITY_PY ?= 3.11
 SANITY_DIR ?= /tmp/vllm-ops-sanity
 SCENARIOS ?= default fleet
 WHEELHOUSE := .cache/wheelhouse
+# The real-vLLM lane's sdist, wheel, fork repo, caches and releases (~15 GB once built; never in the checkout's git).
+REAL_VLLM_DIR ?= $(CURDIR)/.cache/real-vllm
 export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/$(AC)
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export ANSIBLE_FORCE_COLOR := 0
 export PY_COLORS := 0
 
-.PHONY: test venv testhost wheelhouse unit sanity lint molecule demo demo-destroy build clean bench compat
+.PHONY: test venv testhost wheelhouse unit sanity lint molecule demo demo-destroy build clean bench compat real-vllm bench-real-vllm
 
 ## test: everything CI runs, from scratch (venv, podman + test host image, unit, sanity, lint, molecule)
 test: venv testhost unit lint sanity molecule
@@ -93,6 +95,15 @@ bench: venv testhost wheelhouse $(COLL)
 COMPAT_CACHE ?= .cache/compat
 compat: venv $(COLL)
 	$(BIN)/python tests/compat/run_compat.py --cache $(COMPAT_CACHE) $(if $(VERSIONS),--versions $(VERSIONS))
+
+## real-vllm: vllm_build on real vLLM 0.26.0 from PyPI (~4 GB downloaded; not in `make test`): the decision
+## on one fork branch per compiled path, a real precompiled build, vllm_facts; figures to docs/real-vllm/
+real-vllm: venv $(COLL)
+	$(BIN)/python tests/real_vllm/lane.py --dir $(REAL_VLLM_DIR)
+
+## bench-real-vllm: a python-only bump with vllm_build vs the bare `uv pip install` (after `make real-vllm`)
+bench-real-vllm: venv $(COLL)
+	$(BIN)/python bench/real_vllm.py --dir $(REAL_VLLM_DIR)
 
 clean:
 	rm -rf build .cache tests/output

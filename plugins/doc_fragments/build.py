@@ -2,11 +2,18 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 from __future__ import annotations
 
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_options import (
+    BUILD_ARGUMENT_SPEC,
+    with_spec_defaults,
+)
+
 
 class ModuleDocFragment:
     # The options that name a release: vllm_build builds it, dflash_drift looks it up. One text, one
-    # argument spec (module_utils/_build.py BUILD_ARGUMENT_SPEC), so both always agree on the name.
-    DOCUMENTATION = r"""
+    # argument spec (module_utils/_build_options.py BUILD_ARGUMENT_SPEC), so both always agree on the name.
+    # No `default:` is written here: each comes from the spec (with_spec_defaults), so none is written twice.
+    DOCUMENTATION = with_spec_defaults(
+        r"""
 options:
   repo:
     description:
@@ -32,7 +39,6 @@ options:
   root:
     description: The vLLM root holding C(releases/), C(wheels/), C(src/), C(build/), C(logs/) and C(.lock).
     type: path
-    default: /opt/vllm
   python:
     description:
       - The interpreter to create the release venv with, as a command on PATH or a path. Its absolute path and
@@ -40,48 +46,50 @@ options:
       - It needs the C(venv) module with C(ensurepip) (Debian and Ubuntu - the C(python3-venv) package) unless
         the installer is uv.
     type: str
-    default: python3
   installer:
     description:
       - What creates the venv, builds the wheel and installs it. V(pip) - C(python -m venv), C(pip wheel),
-        C(pip install). V(uv) - C(uv venv), C(uv build --wheel), C(uv pip install). V(auto) - uv if C(uv) is on
-        PATH, else pip. The resolved installer is a build input.
+        C(pip install). V(uv) - C(uv venv), C(uv build --wheel), C(uv pip install). V(auto) - uv if there is one
+        (O(root)C(/tools/bin/uv) first - the pinned uv the C(vllm_install) role provisions on a host without
+        uv - then C(uv) on PATH), else pip. The resolved installer is a build input.
+      - uv installs by hardlink from its cache O(root)C(/cache/uv) (C(UV_LINK_MODE=hardlink), on the file system
+        of the releases), so releases that share packages share their disk blocks.
     type: str
     choices: [auto, uv, pip]
-    default: auto
   build_env:
     description:
       - Extra environment for every build step, on top of the module's environment, for example C(MAX_JOBS),
         C(NVCC_THREADS), C(TORCH_CUDA_ARCH_LIST), C(VLLM_PRECOMPILED_WHEEL_VARIANT). C(LC_ALL=C) is always set.
-      - C(VLLM_USE_PRECOMPILED) and C(VLLM_PRECOMPILED_WHEEL_LOCATION) are refused here - O(precompiled) and
-        O(precompiled_wheel) set them.
-      - It is a build input, so changing it builds a new release. It is recorded in C(manifest.json); do not put
-        secrets here.
+      - The variables of vLLM's precompiled path (C(VLLM_USE_PRECOMPILED), C(VLLM_PRECOMPILED_WHEEL_LOCATION),
+        C(VLLM_PRECOMPILED_WHEEL_COMMIT), C(VLLM_USE_PRECOMPILED_RUST), C(VLLM_DOCKER_BUILD_CONTEXT)) are refused
+        here - O(precompiled), O(precompiled_wheel) and O(precompiled_wheel_commit) set them.
+      - It is a build input, so changing it builds a new release. It is recorded in C(manifest.json) and the
+        build log, except the values of names that say they hold a credential (containing C(TOKEN), C(KEY),
+        C(SECRET), C(PASS), C(CREDENTIAL), C(AUTH), C(COOKIE) or C(SESSION), any case) and credentials in URLs -
+        those are masked everywhere (manifest, log, status file, result) and are no build input.
     type: dict
-    default: {}
   build_timeout:
     description: Seconds for the whole fetch + checkout + venv + wheel build + install.
     type: int
-    default: 3600
   build_isolation:
     description:
       - Build the wheel in an isolated environment with the project's declared build requirements (pip's
-        default). V(false) passes C(--no-build-isolation) - the build requirements (for vLLM - torch, cmake,
-        ninja, setuptools-scm ...) must then already be in the venv, usually with O(system_site_packages).
+        default). V(false) passes C(--no-build-isolation) and first installs the ref's own build requirements into
+        the release venv, as vLLM's docs do - C(requirements/build/<VLLM_TARGET_DEVICE, default cuda>.txt), else
+        C(requirements/build.txt), else C(pyproject.toml) C([build-system] requires). With
+        O(system_site_packages) and a torch the venv already sees, the torch lines are left out (vLLM's
+        C(use_existing_torch.py)), and that torch version is a build input.
     type: bool
-    default: true
   system_site_packages:
     description: Create the venv with C(--system-site-packages) (for example to use a system-wide torch).
     type: bool
-    default: false
   pip_args:
     description:
       - Extra arguments for every pip or uv call (wheel build, build requirements, install), for example
         C([--no-index, --find-links, /srv/wheelhouse]) on an air-gapped host, or C([--extra-index-url, URL]).
-      - They are a build input.
+      - They are a build input; credentials in URLs among them are removed from every record.
     type: list
     elements: str
-    default: []
   wheel:
     description:
       - Path of a wheel on the host to install instead of building (build once, copy the wheel to the other
@@ -92,40 +100,67 @@ options:
     description:
       - Whether the wheel build reuses compiled libraries (vLLM's C(VLLM_USE_PRECOMPILED=1)) instead of compiling
         the CUDA/C++ sources.
-      - V(auto) - lists the files changed between the commit and its merge-base with O(precompiled_base), and uses
-        the precompiled path only when none is under C(csrc/), C(cmake/), C(setup.py), C(requirements/) or is a
-        C(CMakeLists.txt), B(and) a base wheel is known - O(precompiled_wheel), or the wheel of an earlier release
-        on this host built with the same inputs whose commit has the same compiled sources (the wheel of the
-        merge-base first). So a Python-only bump or PR on a host that built its base reuses that base's libraries.
-        Otherwise it builds in full. The mirror is fetched to decide, before the release is named.
-      - V(always) - the precompiled path without checking the diff; without O(precompiled_wheel), vLLM looks the
-        base wheel up itself (network). V(never) - always compile.
+      - V(auto) - diffs the commit against the commit its base wheel was built from, and uses the precompiled path
+        only when no path that vLLM compiles from, or that its precompiled path copies over the checkout, differs -
+        C(csrc/), C(cmake/), any C(CMakeLists.txt), C(setup.py), C(requirements/), C(pyproject.toml),
+        C(vllm/_custom_ops.py), C(rust/), C(rust-toolchain.toml), C(tools/build_rust.py) and the Python files of
+        the kernel packages vLLM ships in its wheel (C(vllm/vllm_flash_attn/), C(vllm/third_party/flashmla/) and
+        the like; the list is C(COMPILED_PATHS) in C(module_utils/_precompiled.py)).
+      - The base wheel is O(precompiled_wheel), and its commit O(precompiled_wheel_commit), else what the wheel says
+        of itself - C(__commit_id__) in its C(vllm/_version.py), the C(+g<hash>) of its version, or for a release
+        wheel (C(vllm-0.26.0-...whl)) the tag C(v0.26.0). A wheel whose commit the repository does not hold, or one
+        itself built on the precompiled path (C(.precompiled) in its version), means a full build, and the reason
+        says so. Without O(precompiled_wheel), the wheel of an earlier release on this host built with the same
+        inputs whose commit has the same compiled sources (the merge-base's first) is the base wheel; without
+        one, V(auto) builds in full. So a Python-only bump or PR reuses its base's libraries, and a ref on a line
+        that changed C(csrc/) after the base wheel was built never gets that wheel's older libraries.
+        The mirror is fetched to decide, before the release is named.
+      - V(always) - the precompiled path without checking the diff. Without O(precompiled_wheel), the commit whose
+        wheel vLLM fetches from its index is pinned (C(VLLM_PRECOMPILED_WHEEL_COMMIT)) - O(precompiled_wheel_commit),
+        else the merge-base with O(precompiled_base), as vLLM's own lookup takes - and the index is asked for it
+        before the build; when it has none the build fails. vLLM's silent fallback to the nightly wheel never
+        happens. V(never) - always compile.
+      - A O(precompiled_wheel) that is not a vLLM wheel (not a zip, no C(vllm/) package, another project's
+        C(dist-info)), or is for another Python (its C(cpXY) tag; C(abi3) wheels fit later Pythons) or platform
+        than the build's, and a O(precompiled_wheel_commit) the repository does not hold, are refused before
+        anything is built.
       - The decision (not its environment) is a build input - a precompiled release of a commit is not the full build
-        of it. The decision and its reason are returned (RV(vllm_ops.dflash.vllm_build#module:precompiled),
-        RV(vllm_ops.dflash.vllm_build#module:precompiled_reason)) and written to
-        the build log and C(manifest.json).
+        of it. The decision, its reason, the compared commits (the ref's, the base wheel's, the merge-base) and the
+        changed compiled paths are returned (RV(vllm_ops.dflash.vllm_build#module:precompiled),
+        RV(vllm_ops.dflash.vllm_build#module:precompiled_reason)) and written to the build log and
+        C(manifest.json) (C(precompiled_details)).
       - With O(wheel) and V(auto), pass the building host's decision as O(wheel_precompiled) so that the release
         gets the building host's name without fetching the repository here (V(always) or V(never) name it too).
         V(auto) without O(wheel_precompiled) decides as a build here would, which needs the mirror and may differ
         from the building host.
     type: str
     choices: [auto, always, never]
-    default: auto
   precompiled_base:
     description:
-      - The upstream branch the ref came from, for O(precompiled=auto) - a branch, tag or C(refs/...) of O(repo), or
-        C(<url>#<ref>) for a separate upstream (a fork built from its own repository, compared with
+      - The upstream branch the ref came from - a branch, tag or C(refs/...) of O(repo), or C(<url>#<ref>) for a
+        separate upstream (a fork built from its own repository, compared with
         C(https://github.com/vllm-project/vllm.git#main)); that ref is fetched into the mirror.
+      - Its merge-base with the ref is what O(precompiled=always) pins without a wheel, what C({merge_base}) in
+        O(precompiled_wheel) names, and whose local release wheel O(precompiled=auto) tries first.
       - If it cannot be fetched, O(precompiled=auto) builds in full and says why in
         RV(vllm_ops.dflash.vllm_build#module:precompiled_reason).
     type: str
-    default: main
   precompiled_wheel:
     description:
-      - The base wheel for the precompiled path (C(VLLM_PRECOMPILED_WHEEL_LOCATION)) - a path on the host or a URL.
+      - The base wheel for the precompiled path (C(VLLM_PRECOMPILED_WHEEL_LOCATION)) - a path on the host or a URL
+        (its file name must be a vLLM wheel's, C(vllm-<version>-<python>-<abi>-<platform>.whl)).
         C({merge_base}) in it is replaced by the merge-base commit, for example
-        C(https://wheels.vllm.ai/{merge_base}/vllm-1.0.0.dev-cp38-abi3-manylinux1_x86_64.whl).
+        C(https://wheels.vllm.ai/{merge_base}/vllm-1.0.0.dev-cp38-abi3-manylinux1_x86_64.whl); that commit is then
+        the wheel's commit.
       - Not a build input (a host-local path); the decision is.
+    type: str
+  precompiled_wheel_commit:
+    description:
+      - The commit O(precompiled_wheel) was built from (full or short SHA, or a tag), when the wheel does not say
+        it, or says a commit that is not the one its libraries were compiled from (a wheel built on the precompiled
+        path). Must be a commit of the repository.
+      - With O(precompiled=always) and no O(precompiled_wheel) - the commit whose wheel vLLM fetches from its index.
+      - Not a build input, like O(precompiled_wheel).
     type: str
   wheel_precompiled:
     description:
@@ -134,4 +169,6 @@ options:
         host's C(auto) decision, so a later C(auto) lookup here (a re-run, M(vllm_ops.dflash.dflash_drift))
         accepts it. Ignored without O(wheel) or with V(always) / V(never).
     type: bool
-"""
+""",
+        BUILD_ARGUMENT_SPEC,
+    )

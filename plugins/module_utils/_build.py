@@ -7,19 +7,46 @@ the commit and the build inputs, so "is it built?" is one path lookup and re-run
 manifest is written last: a directory without it is debris from an interrupted run and is removed.
 Fetch, checkout, venv, wheel build and install share one deadline; on any failure the half release
 and the checkout go, the log stays, and `current` is never touched (activation is vllm_release's job).
+
+The layers under this one (as kubernetes.core's k8s/ core): the options (_build_options), the host
+environment (_build_host), the status file (_build_status), the installer command table (_installer)
+and the precompiled decision (_precompiled). This file is the run: resolve, plan, build, record.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
-import re
 import shutil
 import time
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_host import (
+    cache_env,
+    derive_max_jobs,
+    find_installer,
+    find_python,
+    max_jobs,
+    probe_python,
+)
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_options import (
+    BUILD_ARGUMENT_SPEC,
+    MASK,
+    PRECOMPILED_ENV,
+    VLLM_BUILD_ARGUMENT_SPEC,
+    BuildError,
+    BuildOptions,
+    build_options,
+    option_secrets,
+    recorded_build_env,
+    recorded_pip_args,
+    validate,
+)
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_requirements import build_requirements
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_status import STATUS_NAME, StatusFile
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import (
     read_json,
     redact_url,
@@ -50,23 +77,31 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._git import (
     resolve_short_sha,
     rev_parse,
 )
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._installer import Installer
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._lock import LockTimeout, host_lock
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._precompiled import (
-    MODES,
     Decision,
     PrecompiledError,
+    base_dest_ref,
+    base_label,
+    base_unusable,
     compiled_from_its_sources,
     decide,
-    local_base_wheels,
+    decide_against,
     needs_git,
     parse_base,
+    predict_decision,
+    wheel_decision,
 )
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._releases import apply_action, remove_hidden_first
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._wheel_overlay import OverlayError, overlay, stub_for
 
+# The names other files import from here (the modules, _drift, the tests) stay importable from here.
 __all__ = [
     "BUILD_ARGUMENT_SPEC",
     "MANIFEST_SCHEMA",
     "STATUS_NAME",
+    "VLLM_BUILD_ARGUMENT_SPEC",
     "BuildError",
     "BuildOptions",
     "StatusFile",
@@ -75,109 +110,20 @@ __all__ = [
     "cache_env",
     "derive_max_jobs",
     "inputs_hash",
+    "option_secrets",
     "prune_after_build",
     "release_name",
     "url_secrets",
 ]
 
 MANIFEST_SCHEMA = 1
-STATUS_NAME = "build-status.json"
-INSTALLERS = ("auto", "uv", "pip")
 TAIL_LINES = 20
 KILL_GRACE = 10.0
-GIB = 1024**3
-# vllm#8878: one nvcc/cicc job of vLLM's kernels can take several GiB; builds with MAX_JOBS = cores OOM.
-MEMORY_PER_JOB = 4 * GIB
-# Set by the `precompiled` option only: a stale value would silently reuse the wrong compiled modules.
-PRECOMPILED_ENV = ("VLLM_USE_PRECOMPILED", "VLLM_PRECOMPILED_WHEEL_LOCATION")
-BASE_REF_PREFIX = "refs/vllm-ops/precompiled-base/"
-
-
-class BuildError(Exception):
-    """The release could not be built; the message names the cause, the fix and the log."""
-
-
-class BuildOptions:
-    """The options of vllm_build (see the module's DOCUMENTATION)."""
-
-    def __init__(
-        self,
-        repo: str,
-        ref: str,
-        root: str = "/opt/vllm",
-        python: str = "python3",
-        installer: str = "auto",
-        build_env: Optional[Mapping[str, Any]] = None,
-        build_timeout: float = 3600,
-        keep_releases: int = 3,
-        build_isolation: bool = True,
-        system_site_packages: bool = False,
-        pip_args: Optional[Sequence[str]] = None,
-        wheel: Optional[str] = None,
-        expected_commit: Optional[str] = None,
-        precompiled: str = "auto",
-        precompiled_base: str = "main",
-        precompiled_wheel: Optional[str] = None,
-        wheel_precompiled: Optional[bool] = None,
-        run_id: Optional[str] = None,
-    ) -> None:
-        self.repo = repo
-        self.ref = ref
-        self.root = os.path.abspath(root)
-        self.python = python
-        self.installer = installer
-        self.build_env = {str(k): str(v) for k, v in (build_env or {}).items()}
-        self.build_timeout = float(build_timeout)
-        self.keep_releases = int(keep_releases)
-        self.build_isolation = bool(build_isolation)
-        self.system_site_packages = bool(system_site_packages)
-        self.pip_args = [str(a) for a in (pip_args or [])]
-        self.wheel = wheel
-        self.expected_commit = expected_commit.strip().lower() if expected_commit else None
-        self.precompiled = precompiled
-        self.precompiled_base = precompiled_base
-        self.precompiled_wheel = precompiled_wheel or None
-        self.wheel_precompiled = wheel_precompiled
-        self.run_id = run_id
-
-
-# The options that name a release (doc fragment vllm_ops.dflash.build): vllm_build's and dflash_drift's.
-BUILD_ARGUMENT_SPEC: Dict[str, Dict[str, Any]] = {
-    "repo": {"type": "str", "required": True},
-    "ref": {"type": "str", "required": True},
-    "expected_commit": {"type": "str"},
-    "root": {"type": "path", "default": "/opt/vllm"},
-    "python": {"type": "str", "default": "python3"},
-    "installer": {"type": "str", "choices": list(INSTALLERS), "default": "auto"},
-    "build_env": {"type": "dict", "default": {}},
-    "build_timeout": {"type": "int", "default": 3600},
-    "build_isolation": {"type": "bool", "default": True},
-    "system_site_packages": {"type": "bool", "default": False},
-    "pip_args": {"type": "list", "elements": "str", "default": []},
-    "wheel": {"type": "path"},
-    "precompiled": {"type": "str", "choices": list(MODES), "default": "auto"},
-    "precompiled_base": {"type": "str", "default": "main"},
-    "precompiled_wheel": {"type": "str"},
-    "wheel_precompiled": {"type": "bool"},
-}
-
-
-def build_options(params: Mapping[str, Any], **extra: Any) -> BuildOptions:
-    """BuildOptions from a module's validated BUILD_ARGUMENT_SPEC parameters (plus `extra` keywords)."""
-    return BuildOptions(**{name: params[name] for name in BUILD_ARGUMENT_SPEC}, **extra)
-
-
-def url_secrets(params: Mapping[str, Any]) -> set:
-    """The secrets in the URLs among `params` (a password, or a token given as user name) for Ansible to mask."""
-    found = set()
-    for url in (params.get("repo"), params.get("precompiled_base"), params.get("precompiled_wheel")):
-        if not url or redact_url(url) == url:
-            continue
-        userinfo = url.split("://", 1)[1].split("@", 1)[0]
-        secret = userinfo.split(":", 1)[1] if ":" in userinfo else userinfo
-        if secret:
-            found.add(secret)
-    return found
+# A release built beside the one `current` names (releases/.building-<name>), swapped in when complete.
+STAGING_PREFIX = ".building-"
+_NO_SPACE = ("No space left on device", "[Errno 28]", "ENOSPC", "Disk quota exceeded")
+# dflash_drift imports the old name.
+url_secrets = option_secrets
 
 
 def inputs_hash(inputs: Mapping[str, Any]) -> str:
@@ -195,184 +141,24 @@ def _log_path(root: str, label: str) -> str:
 
 
 class _Paths:
-    def __init__(self, root: str, name: str, log: Optional[str] = None) -> None:
-        self.release = os.path.join(root, "releases", name)
+    """Where one release attempt writes. `staging`: the release is built beside its final place (which
+    `current` names) and swapped in at the end, so what serves is never removed or rebuilt in place."""
+
+    def __init__(self, root: str, name: str, log: Optional[str] = None, staging: bool = False) -> None:
+        self.root = root
+        self.final = os.path.join(root, "releases", name)
+        self.release = os.path.join(root, "releases", STAGING_PREFIX + name) if staging else self.final
         self.venv = os.path.join(self.release, "venv")
         self.manifest = os.path.join(self.release, "manifest.json")
         self.wheels = os.path.join(root, "wheels", name)
         self.build = os.path.join(root, "build", name)
         self.src = os.path.join(self.build, "src")
         self.dist = os.path.join(self.build, "dist")
+        # TMPDIR of every step: pip's and uv's build environments (torch included: GBs for vLLM) go with
+        # the build directory, also after a kill.
+        self.tmp = os.path.join(self.build, "tmp")
+        self.requirements = os.path.join(self.build, "build-requirements.txt")
         self.log = log or _log_path(root, name)
-
-
-def _find_python(python: str) -> str:
-    found = shutil.which(python)
-    if not found:
-        raise BuildError(f"python {python!r} not found on the host; install it or set `python` to an interpreter path")
-    return os.path.abspath(found)
-
-
-_PROBE = """
-import sys
-print('%d.%d.%d' % sys.version_info[:3])
-try:
-    import importlib.metadata as metadata
-    print(metadata.version('torch'))
-except Exception:
-    print('')
-"""
-
-
-def _probe_python(python: str, with_torch: bool) -> Tuple[str, Optional[str]]:
-    """The interpreter's version, and (with_torch) the torch version it sees, or None."""
-    result = run_command([python, "-c", _PROBE], 60, watchdog=False)
-    if not result.ok:
-        raise BuildError(
-            f"{python} does not run ({result.log_tail or result.rc}); set `python` to a working interpreter"
-        )
-    lines = [*result.stdout.splitlines(), "", ""]
-    return lines[0].strip(), ((lines[1].strip() or None) if with_torch else None)
-
-
-def _cpu_count() -> int:
-    if hasattr(os, "sched_getaffinity"):
-        return max(1, len(os.sched_getaffinity(0)))  # the CPUs this process may use (cgroups, taskset)
-    return max(1, os.cpu_count() or 1)
-
-
-def _available_memory(meminfo: str, cgroup: str) -> Optional[int]:
-    """MemAvailable in bytes, lowered to the cgroup v2 limit's headroom when a container sets one."""
-    available = None
-    with contextlib.suppress(OSError, ValueError), open(meminfo, encoding="ascii") as handle:
-        for line in handle:
-            if line.startswith("MemAvailable:"):
-                available = int(line.split()[1]) * 1024
-                break
-    with contextlib.suppress(OSError, ValueError):
-        with open(os.path.join(cgroup, "memory.max"), encoding="ascii") as handle:
-            limit = handle.read().strip()
-        if limit != "max":
-            with open(os.path.join(cgroup, "memory.current"), encoding="ascii") as handle:
-                headroom = max(0, int(limit) - int(handle.read().strip()))
-            available = headroom if available is None else min(available, headroom)
-    return available
-
-
-def derive_max_jobs(
-    cpus: Optional[int] = None, meminfo: str = "/proc/meminfo", cgroup: str = "/sys/fs/cgroup"
-) -> Tuple[int, str]:
-    """MAX_JOBS for a host: min(CPUs, available memory / MEMORY_PER_JOB), at least 1, and why."""
-    cpus = cpus or _cpu_count()
-    available = _available_memory(meminfo, cgroup)
-    if available is None:
-        return cpus, f"{cpus} CPUs (available memory unknown)"
-    by_memory = available // MEMORY_PER_JOB
-    jobs = max(1, min(cpus, by_memory))
-    return jobs, (
-        f"min({cpus} CPUs, {available / GIB:.1f} GiB available / {MEMORY_PER_JOB // GIB} GiB per job = {by_memory})"
-        + (", at least 1" if by_memory < 1 else "")
-    )
-
-
-def cache_env(
-    root: str, installer: str, env: Mapping[str, str], which: Callable[..., Optional[str]] = shutil.which
-) -> Dict[str, str]:
-    """Cache directories under `<root>/cache/` for what this build uses, unless `env` already names one.
-
-    The installer's cache (uv or pip), and ccache/sccache when on PATH: vLLM's setup.py hands them to CMake
-    as compiler launchers by itself. They speed builds up and change no output, so they are no build input.
-    """
-    cache = os.path.join(root, "cache")
-    wanted = [("UV_CACHE_DIR", "uv")] if installer == "uv" else [("PIP_CACHE_DIR", "pip")]
-    for tool, variable in (("ccache", "CCACHE_DIR"), ("sccache", "SCCACHE_DIR")):
-        if which(tool, path=env.get("PATH")):
-            wanted.append((variable, tool))
-    return {variable: os.path.join(cache, sub) for variable, sub in wanted if variable not in env}
-
-
-class StatusFile:
-    """`<root>/build-status.json`: what the build is doing now, for a person or the role's poll loop.
-
-    Rewritten atomically at each stage and every few seconds while a command runs (the log's last
-    line). `run_id` lets a poller tell this run's status from an earlier run's. Best effort: a status
-    that cannot be written never fails the build.
-    """
-
-    def __init__(self, root: str, run_id: Optional[str], ref: str, enabled: bool = True) -> None:
-        self.path = os.path.join(root, STATUS_NAME)
-        self.enabled = enabled  # check mode writes nothing
-        self._started = time.monotonic()
-        self._stage_started = self._started
-        self.stage_seconds: Dict[str, float] = {}
-        self.data: Dict[str, Any] = {
-            "run_id": run_id,
-            "pid": os.getpid(),
-            "ref": ref,
-            "stage": None,
-            "started_at": utc_now(),
-            "release_name": None,
-            "commit": None,
-            "log_path": None,
-            "last_line": "",
-        }
-
-    def stage(self, name: str, last_line: Optional[str] = None, **fields: Any) -> None:
-        now = time.monotonic()
-        previous = self.data["stage"]
-        if previous is not None:
-            self.stage_seconds[previous] = round(self.stage_seconds.get(previous, 0.0) + now - self._stage_started, 3)
-        self._stage_started = now
-        self.data["stage"] = name
-        self.data.update(fields)
-        if last_line is not None:
-            self.data["last_line"] = last_line
-        self.write()
-
-    def tick(self) -> None:
-        """Publish the last line of the build log (called by the command runner while it waits)."""
-        log = self.data.get("log_path")
-        if log:
-            lines = [line for line in re.split(r"[\r\n]+", tail(log, 5)) if line.strip()]
-            if lines:
-                self.data["last_line"] = lines[-1].strip()[:300]
-        self.write()
-
-    def update(self, **fields: Any) -> None:
-        self.data.update(fields)
-        self.write()
-
-    def elapsed(self) -> float:
-        return round(time.monotonic() - self._started, 3)
-
-    def durations(self) -> Dict[str, float]:
-        """Seconds per stage so far, the running stage included."""
-        durations = dict(self.stage_seconds)
-        stage = self.data["stage"]
-        if stage not in (None, "done", "failed"):
-            durations[stage] = round(durations.get(stage, 0.0) + time.monotonic() - self._stage_started, 3)
-        return durations
-
-    def write(self) -> None:
-        if not self.enabled:
-            return
-        self.data["elapsed"] = self.elapsed()
-        self.data["updated_at"] = utc_now()
-        self.data["stage_seconds"] = self.stage_seconds
-        with contextlib.suppress(OSError):
-            write_json_atomic(self.path, self.data)
-
-
-def _find_installer(installer: str) -> str:
-    if installer not in INSTALLERS:
-        raise BuildError(f"installer {installer!r} is not one of {', '.join(INSTALLERS)}")
-    if installer == "pip":
-        return "pip"
-    if shutil.which("uv"):
-        return "uv"
-    if installer == "uv":
-        raise BuildError("installer 'uv' requested but `uv` is not on PATH; install uv or use installer: pip")
-    return "pip"
 
 
 def prune_after_build(root: str, keep: int, made: str) -> List[str]:
@@ -414,7 +200,7 @@ class _Builder:
         opts: BuildOptions,
         paths: _Paths,
         deadline: Deadline,
-        installer: str,
+        installer: Installer,
         python: str,
         status: StatusFile,
         added_env: Mapping[str, str],
@@ -425,12 +211,14 @@ class _Builder:
         self.installer = installer
         self.python = python
         self.status = status
+        self.secrets = status.secrets
         env = git_env()
         for name in PRECOMPILED_ENV:
             env.pop(name, None)
         env.update(opts.build_env)
         env.update({"LC_ALL": "C", "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1"})
         env.update(added_env)
+        env.update({"TMPDIR": paths.tmp, "TEMP": paths.tmp, "TMP": paths.tmp})
         self.env = env
 
     @property
@@ -438,19 +226,25 @@ class _Builder:
         return os.path.join(self.paths.venv, "bin", "python")
 
     def note(self, text: str) -> None:
-        _note(self.paths.log, text)
+        _note(self.paths.log, self.status.scrub(text))
 
-    def step(self, what: str, argv: List[str], cwd: Optional[str] = None) -> CommandResult:
-        result = run_command(
-            argv,
-            self.deadline.remaining(),
-            log_path=self.paths.log,
-            env=self.env,
-            cwd=cwd,
-            grace=KILL_GRACE,
-            tail_lines=TAIL_LINES,
-            progress=self.status.tick,
-        )
+    def step(
+        self, what: str, argv: List[str], cwd: Optional[str] = None, env: Optional[Mapping[str, str]] = None
+    ) -> CommandResult:
+        os.makedirs(self.paths.tmp, exist_ok=True)
+        try:
+            result = run_command(
+                argv,
+                self.deadline.remaining(),
+                log_path=self.paths.log,
+                env=dict(env or self.env),
+                cwd=cwd,
+                grace=KILL_GRACE,
+                tail_lines=TAIL_LINES,
+                progress=self.status.tick,
+            )
+        finally:
+            _scrub_file(self.paths.log, self.secrets)  # a tool may echo a secret it was given
         if result.timed_out:
             survivors = f"; processes that would not die: {result.survivors}" if result.survivors else ""
             raise BuildError(
@@ -459,31 +253,87 @@ class _Builder:
                 "cost (e.g. build_env MAX_JOBS / TORCH_CUDA_ARCH_LIST)"
             )
         if result.rc != 0:
-            raise BuildError(f"{what} failed with exit code {result.rc}")
+            raise BuildError(
+                f"{what} failed with exit code {result.rc}{_no_space_hint(self.paths.root, result.log_tail)}"
+            )
         return result
 
+    def install_build_requirements(self, src: str, keep_torch: bool) -> Optional[str]:
+        """Install the checkout's build requirements into the venv (a build without isolation builds
+        against the venv). Returns where they came from, or None when the checkout declares none."""
+        device = self.env.get("VLLM_TARGET_DEVICE")
+        found = build_requirements(src, self.paths.requirements, device, keep_torch)
+        if found is None:
+            self.note("build_isolation=false: the checkout declares no build requirements; building against the venv")
+            return None
+        self.note(f"build_isolation=false: installing the build requirements of {found.source} into the venv")
+        if found.skipped:
+            self.note(f"the venv already sees torch: left out of the build requirements: {', '.join(found.skipped)}")
+        argv = self.installer.argv("install", [*self.opts.pip_args, "-r", found.file], venv_python=self.venv_python)
+        self.step(f"installing the build requirements ({found.source})", argv, cwd=src)
+        return found.source
+
+    def venv_torch(self) -> Optional[str]:
+        """The torch version the venv's own python sees (what a build without isolation compiles against)."""
+        return probe_python(self.venv_python, with_torch=True)[1]
+
     def create_venv(self) -> None:
-        site = ["--system-site-packages"] if self.opts.system_site_packages else []
-        if self.installer == "uv":
-            argv = ["uv", "venv", "--python", self.python, *site, self.paths.venv]
-        else:
-            argv = [self.python, "-m", "venv", *site, self.paths.venv]
+        argv = self.installer.argv(
+            "venv", python=self.python, venv=self.paths.venv, system_site_packages=self.opts.system_site_packages
+        )
         self.step("creating the venv", argv)
 
     def build_wheel(self, src: str) -> str:
-        isolation = [] if self.opts.build_isolation else ["--no-build-isolation"]
-        if self.installer == "uv":
-            argv = ["uv", "build", "--wheel", "--python", self.venv_python, "--out-dir", self.paths.dist]
-        else:
-            # -v: the build backend's own output (compiler lines) goes to the log and the status file live.
-            argv = [self.venv_python, "-m", "pip", "wheel", "-v", "--no-deps", "--wheel-dir", self.paths.dist]
-        self.step("building the wheel", argv + isolation + self.opts.pip_args + [src], cwd=src)
+        argv = self.installer.argv(
+            "wheel",
+            [*self.opts.pip_args, src],
+            venv_python=self.venv_python,
+            dist=self.paths.dist,
+            no_isolation=not self.opts.build_isolation,
+        )
+        base = self.env.get("VLLM_PRECOMPILED_WHEEL_LOCATION", "")
+        if os.path.isfile(base):
+            overlaid = self._build_overlaid(argv, src, base)
+            if overlaid:
+                return overlaid
+        self.step("building the wheel", argv, cwd=src)
+        return self._keep_built()
+
+    def _keep_built(self) -> str:
         built = _single_wheel(self.paths.dist)
         if not built:
             raise BuildError(f"the build produced no wheel in {self.paths.dist}")
         os.makedirs(self.paths.wheels, exist_ok=True)
         final = os.path.join(self.paths.wheels, os.path.basename(built))
         os.replace(built, final)  # a wheel in wheels/<name>/ is complete by construction
+        return final
+
+    def _build_overlaid(self, argv: List[str], src: str, base: str) -> Optional[str]:
+        """The precompiled build through the wheel overlay (_wheel_overlay): setup.py extracts from a stub of
+        the base wheel, and the large members are copied raw from the base wheel into the built one.
+
+        Returns the wheel, or None when the overlay refused the built wheel (the caller builds again the
+        plain way: slower, never wrong).
+        """
+        try:
+            stub = stub_for(base, os.path.join(self.opts.root, "cache", "overlay"))
+        except (OverlayError, OSError) as exc:
+            raise BuildError(f"precompiled_wheel {base} cannot be used ({exc})") from exc
+        self.note(f"wheel overlay: setup.py extracts from the stub {stub}")
+        self.step("building the wheel", argv, cwd=src, env=dict(self.env, VLLM_PRECOMPILED_WHEEL_LOCATION=stub))
+        built = _single_wheel(self.paths.dist)
+        if not built:
+            raise BuildError(f"the build produced no wheel in {self.paths.dist}")
+        os.makedirs(self.paths.wheels, exist_ok=True)
+        final = os.path.join(self.paths.wheels, os.path.basename(built))
+        try:
+            counts = overlay(built, base, final)
+        except OverlayError as exc:
+            self.note(f"wheel overlay refused the built wheel ({exc}); building again from {base}")
+            shutil.rmtree(self.paths.dist, ignore_errors=True)
+            return None
+        os.unlink(built)
+        self.note(f"wheel overlay: {counts['swapped']} members ({counts['swapped_bytes']} bytes) copied from {base}")
         return final
 
     def adopt_wheel(self, given: str) -> str:
@@ -500,11 +350,8 @@ class _Builder:
         return final
 
     def install(self, wheel: str) -> None:
-        if self.installer == "uv":
-            argv = ["uv", "pip", "install", "--python", self.venv_python]
-        else:
-            argv = [self.venv_python, "-m", "pip", "install"]
-        self.step("installing the wheel", argv + self.opts.pip_args + [wheel])
+        argv = self.installer.argv("install", [*self.opts.pip_args, wheel], venv_python=self.venv_python)
+        self.step("installing the wheel", argv)
 
     def checkout(self, mirror: str, commit: str) -> None:
         try:
@@ -528,22 +375,10 @@ def _fetch_commit(repo: str, mirror: str, resolution: Resolution, deadline: Dead
         )
 
 
-def _base_label(base_url: Optional[str], base_ref: str) -> str:
-    return base_ref if base_url is None else f"{redact_url(base_url)}#{base_ref}"
-
-
-def _base_dest_ref(base_url: str) -> str:
-    return BASE_REF_PREFIX + hashlib.sha256(redact_url(base_url).encode("utf-8")).hexdigest()[:8]
-
-
-def _same_repo(base_url: Optional[str], repo: str) -> bool:
-    return base_url is None or normalize_repo(base_url) == repo
-
-
 def _fetch_base(repo: str, mirror: str, base: str, deadline: Deadline, log: str) -> str:
     """The commit of `precompiled_base` in the mirror, fetching it from its repository when needed."""
     base_url, base_ref = parse_base(base)
-    if base_url is None or normalize_repo(base_url) == repo:  # _same_repo, spelled out for the type checker
+    if base_url is None or normalize_repo(base_url) == repo:  # same_repo, spelled out for the type checker
         sha = rev_parse(mirror, base_ref)  # ensure_mirror fetched every branch and tag
         if sha is None and (base_ref.startswith("refs/") or is_full_sha(base_ref)):
             ensure_mirror(repo, mirror, deadline.remaining(), log, [base_ref])
@@ -556,67 +391,36 @@ def _fetch_base(repo: str, mirror: str, base: str, deadline: Deadline, log: str)
         raise PrecompiledError(f"{base_ref!r} is a short SHA, which cannot be fetched from another repository")
     if not commit_exists(mirror, resolution.commit):
         source = resolution.full_ref if resolution.full_ref else resolution.commit
-        fetch_ref(base_url, mirror, source, _base_dest_ref(base_url), deadline.remaining(), log)
+        fetch_ref(base_url, mirror, source, base_dest_ref(base_url), deadline.remaining(), log)
     return resolution.commit
 
 
 def _decide(
     opts: BuildOptions, repo: str, mirror: str, commit: str, inputs: Mapping[str, Any], deadline: Deadline, log: str
 ) -> Decision:
-    label = _base_label(*parse_base(opts.precompiled_base))
+    """The build's decision: fetch precompiled_base into the mirror, then decide (_precompiled)."""
+    label = base_label(*parse_base(opts.precompiled_base))
     try:
         base_commit = _fetch_base(repo, mirror, opts.precompiled_base, deadline, log)
     except (GitError, PrecompiledError) as exc:
-        if opts.precompiled != "auto":
-            raise
-        return Decision(False, opts.precompiled, f"precompiled_base {label} is unusable ({exc}): full build")
-    return _decide_against(opts, mirror, commit, base_commit, label, inputs)
-
-
-def _decide_against(
-    opts: BuildOptions, mirror: str, commit: str, base_commit: str, label: str, inputs: Mapping[str, Any]
-) -> Decision:
-    """The decision once the mirror holds the commit and the base (a build's, or check mode's prediction)."""
-    candidates = local_base_wheels(opts.root, inputs)
-    return decide(opts.precompiled, opts.precompiled_wheel, commit, mirror, base_commit, label, candidates)
-
-
-def _wheel_decision(opts: BuildOptions) -> Optional[Decision]:
-    """auto with a wheel built elsewhere: the building host's decision, taken as made (no repository needed).
-
-    The release then carries mode `auto`, so a later auto lookup on this host accepts it as its own.
-    """
-    if not (opts.wheel and opts.precompiled == "auto" and opts.wheel_precompiled is not None):
-        return None
-    how = "the precompiled path" if opts.wheel_precompiled else "a full build"
-    return Decision(opts.wheel_precompiled, "auto", f"precompiled: auto, decided where the wheel was built ({how})")
-
-
-def _predict_decision(opts: BuildOptions, repo: str, mirror: str, commit: str, inputs: Mapping[str, Any]) -> Decision:
-    """The decision in check mode: from the mirror as it is (read only), when it holds what is needed."""
-    taken = _wheel_decision(opts)
-    if taken is not None:
-        return taken
-    if not needs_git(opts.precompiled, opts.precompiled_wheel):
-        return decide(opts.precompiled, opts.precompiled_wheel)
-    base_url, base_ref = parse_base(opts.precompiled_base)
-    label = _base_label(base_url, base_ref)
-    base_commit = None
-    if os.path.isdir(mirror) and commit_exists(mirror, commit):
-        base_commit = rev_parse(mirror, base_ref if _same_repo(base_url, repo) else _base_dest_ref(base_url or ""))
-    if base_commit is None:
-        reason = (
-            f"not decided in check mode: the mirror does not hold {commit[:12]} and {label} yet "
-            "(the release name assumes a full build)"
-        )
-        return Decision(False, opts.precompiled, reason, decided=False)
-    return _decide_against(opts, mirror, commit, base_commit, label, inputs)
+        return base_unusable(opts, label, exc)
+    return decide_against(opts, mirror, commit, base_commit, label, inputs)
 
 
 def _named(commit: str, inputs: Mapping[str, Any], use_precompiled: bool) -> Tuple[str, str]:
     """(digest, release name): the precompiled decision is a build input, its environment is not."""
     digest = inputs_hash(dict(inputs, precompiled=use_precompiled))
     return digest, release_name(commit, digest)
+
+
+def _read_manifest(release: str) -> Optional[Dict[str, Any]]:
+    """The manifest of a complete release; None when it is missing, not JSON or not an object: such a
+    release is incomplete and is built again (beside it when `current` names it), never an error."""
+    try:
+        manifest = read_json(os.path.join(release, "manifest.json"), None)
+    except (OSError, ValueError):
+        return None
+    return manifest if isinstance(manifest, dict) else None
 
 
 def _existing(opts: BuildOptions, commit: str, inputs: Mapping[str, Any]) -> Optional[Tuple[str, str, Dict]]:
@@ -626,11 +430,11 @@ def _existing(opts: BuildOptions, commit: str, inputs: Mapping[str, Any]) -> Opt
     with `always` may hold compiled modules that do not match the commit's sources.
     """
     choices = {"never": [False], "always": [True]}.get(opts.precompiled, [False, True])
-    if _wheel_decision(opts) is not None:  # the wheel's own variant, not an earlier build of the other
+    if wheel_decision(opts) is not None:  # the wheel's own variant, not an earlier build of the other
         choices = [bool(opts.wheel_precompiled)]
     for use in choices:
         digest, name = _named(commit, inputs, use)
-        manifest = read_json(os.path.join(opts.root, "releases", name, "manifest.json"), None)
+        manifest = _read_manifest(os.path.join(opts.root, "releases", name))
         if manifest is None:
             continue
         if opts.precompiled == "auto" and not compiled_from_its_sources(manifest):
@@ -639,22 +443,17 @@ def _existing(opts: BuildOptions, commit: str, inputs: Mapping[str, Any]) -> Opt
     return None
 
 
-def _added_env(opts: BuildOptions, installer: str, decision: Decision) -> Tuple[Dict[str, str], Dict[str, str]]:
+def _added_env(opts: BuildOptions, installer: Installer, decision: Decision) -> Tuple[Dict[str, str], Dict[str, str]]:
     """What vllm_build adds to the build's environment (none of it a build input), and where MAX_JOBS came from."""
     user = dict(os.environ)
     user.update(opts.build_env)
+    jobs = max_jobs(opts.build_env, os.environ)
     added: Dict[str, str] = {}
-    if "MAX_JOBS" in opts.build_env:
-        max_jobs = {"value": opts.build_env["MAX_JOBS"], "source": "build_env"}
-    elif "MAX_JOBS" in os.environ:
-        max_jobs = {"value": os.environ["MAX_JOBS"], "source": "the environment of the module"}
-    else:
-        jobs, why = derive_max_jobs()
-        added["MAX_JOBS"] = str(jobs)
-        max_jobs = {"value": str(jobs), "source": f"derived: {why}"}
-    added.update(cache_env(opts.root, installer, user))
+    if jobs["source"].startswith("derived"):
+        added["MAX_JOBS"] = jobs["value"]
+    added.update(cache_env(opts.root, installer.name, user))
     added.update(decision.env())
-    return added, max_jobs
+    return added, jobs
 
 
 def _failure_message(cause: str, log_path: str) -> str:
@@ -688,17 +487,106 @@ class _Plan:
         self.added_env = dict(added_env)
 
 
+def _scrub_file(path: str, secrets: List[str]) -> None:
+    """Mask `secrets` in a log file (written by the tools themselves, who may echo what they were given)."""
+    if not secrets:
+        return
+    with contextlib.suppress(OSError):
+        with open(path, encoding="utf-8", errors="surrogateescape") as handle:
+            text = handle.read()
+        scrubbed = text
+        for secret in secrets:
+            scrubbed = scrubbed.replace(secret, MASK)
+        if scrubbed != text:
+            with open(path, "w", encoding="utf-8", errors="surrogateescape") as handle:
+                handle.write(scrubbed)
+
+
+def _no_space_hint(root: str, text: str) -> str:
+    """'; no space left on device ...' when `text` (a log tail, an error) says so or the root's file system is full."""
+    free = None
+    with contextlib.suppress(OSError):
+        stat = os.statvfs(root if os.path.isdir(root) else os.path.dirname(root))
+        free = stat.f_bavail * stat.f_frsize
+    if not (any(sign in text for sign in _NO_SPACE) or (free is not None and free < 64 * 1024**2)):
+        return ""
+    left = f" ({free / 1024**2:.0f} MiB free)" if free is not None else ""
+    return (
+        f"; no space left on device on the file system of {root}{left}. Fix: free space there (old releases: "
+        f"vllm_release action=prune; caches: {os.path.join(root, 'cache')}) or give `root` a larger disk, then re-run"
+    )
+
+
+def _serving(root: str) -> Optional[str]:
+    """The release name `current` points to (what serves), or None."""
+    with contextlib.suppress(OSError):
+        return os.path.basename(os.path.normpath(os.readlink(os.path.join(root, "current"))))
+    return None
+
+
+def _remove_debris(root: str) -> None:
+    """Checkouts and staged releases of builds that were killed outright (we hold the host lock: no other
+    build runs). Their TMPDIR, with pip's build environments, is inside the checkout's directory."""
+    with contextlib.suppress(FileNotFoundError):
+        for name in os.listdir(os.path.join(root, "build")):
+            shutil.rmtree(os.path.join(root, "build", name), ignore_errors=True)
+    with contextlib.suppress(FileNotFoundError):
+        for name in os.listdir(os.path.join(root, "releases")):
+            if name.startswith(STAGING_PREFIX):
+                shutil.rmtree(os.path.join(root, "releases", name), ignore_errors=True)
+
+
+def _relocate_venv(venv: str, old: str, new: str) -> None:
+    """Make the venv at `venv`, created as `old`, right for the path `new`: its scripts' shebangs, the
+    activate files and pyvenv.cfg name the path the venv was created at (its python finds itself)."""
+    candidates = [os.path.join(venv, "pyvenv.cfg")]
+    bin_dir = os.path.join(venv, "bin")
+    with contextlib.suppress(FileNotFoundError):
+        candidates += [os.path.join(bin_dir, name) for name in os.listdir(bin_dir)]
+    for path in candidates:
+        if os.path.islink(path) or not os.path.isfile(path) or os.path.getsize(path) > 1024**2:
+            continue
+        with open(path, "rb") as handle:
+            data = handle.read()
+        if old.encode() in data:
+            mode = os.stat(path).st_mode
+            tmp = path + ".relocate"
+            with open(tmp, "wb") as handle:
+                handle.write(data.replace(old.encode(), new.encode()))
+            os.chmod(tmp, mode)
+            os.replace(tmp, path)
+
+
+def _swap_in(paths: _Paths) -> None:
+    """Put the release built beside its final place there: the old directory (incomplete, named by
+    `current`) is renamed away and the new one renamed in, two renames in one directory."""
+    _relocate_venv(paths.venv, paths.venv, os.path.join(paths.final, "venv"))
+    old = os.path.join(os.path.dirname(paths.final), f"{STAGING_PREFIX}{os.path.basename(paths.final)}.old")
+    shutil.rmtree(old, ignore_errors=True)
+    os.rename(paths.final, old)
+    os.rename(paths.release, paths.final)
+    shutil.rmtree(old, ignore_errors=True)
+
+
 def _make_release(opts: BuildOptions, builder: _Builder, plan: _Plan) -> Dict[str, Any]:
     paths = builder.paths
     status = builder.status
     started = time.monotonic()
-    remove_hidden_first(paths.release)  # debris of a run that was killed outright (no manifest: we hold the lock)
-    shutil.rmtree(paths.build, ignore_errors=True)
+    _remove_debris(opts.root)
+    if not paths.release.startswith(os.path.join(opts.root, "releases", STAGING_PREFIX)):
+        remove_hidden_first(paths.release)  # debris of a run that was killed outright (no manifest: we hold the lock)
     builder.note(f"vllm_build {plan.name}: {redact_url(plan.repo)} {opts.ref} -> {plan.commit}")
+    if paths.release != paths.final:
+        builder.note(
+            f"{paths.final} has no valid manifest.json but `current` names it: building beside it "
+            f"({paths.release}) and swapping it in when complete; what serves stays until then"
+        )
     builder.note("inputs: " + json.dumps(plan.inputs, sort_keys=True))
     builder.note(f"precompiled: {'yes' if plan.decision.use else 'no'}: {plan.decision.reason}")
     builder.note(f"MAX_JOBS={plan.max_jobs['value']} ({plan.max_jobs['source']})")
-    builder.note("environment added by vllm_build (not build inputs): " + json.dumps(plan.added_env, sort_keys=True))
+    added = {key: redact_url(value) for key, value in plan.added_env.items()}
+    builder.note("environment added by vllm_build (not build inputs): " + json.dumps(added, sort_keys=True))
+    build_torch = None
     try:
         if opts.wheel:
             wheel = builder.adopt_wheel(opts.wheel)
@@ -714,6 +602,10 @@ def _make_release(opts: BuildOptions, builder: _Builder, plan: _Plan) -> Dict[st
         status.stage("install" if wheel else "build", "creating the venv")
         builder.create_venv()
         if not wheel:
+            if not opts.build_isolation:
+                builder.install_build_requirements(paths.src, keep_torch=plan.inputs.get("torch") is None)
+                build_torch = builder.venv_torch()
+                builder.note(f"the wheel builds against the venv's torch: {build_torch or 'none'}")
             wheel = builder.build_wheel(paths.src)
             status.stage("install", f"installing {os.path.basename(wheel)}")
         builder.install(wheel)
@@ -734,20 +626,30 @@ def _make_release(opts: BuildOptions, builder: _Builder, plan: _Plan) -> Dict[st
             "stage_seconds": status.durations(),
             "log_path": paths.log,
             "source": source,
+            "build_torch": build_torch,
             "precompiled": plan.decision.use,
             "precompiled_reason": plan.decision.reason,
             "precompiled_details": plan.decision.details(),
             "max_jobs": plan.max_jobs,
-            "added_env": {key: redact_url(value) for key, value in plan.added_env.items()},
+            "added_env": added,
         }
         write_json_atomic(paths.manifest, manifest)  # last: from now on the release exists
+        if paths.release != paths.final:
+            _swap_in(paths)
+            builder.note(f"swapped the new {plan.name} in place of the incomplete one")
         builder.note(f"release {plan.name} complete")
     except BaseException as exc:
-        remove_hidden_first(paths.release)
+        if paths.release != paths.final:
+            shutil.rmtree(paths.release, ignore_errors=True)  # the serving directory stays as it was
+        else:
+            remove_hidden_first(paths.release)
         shutil.rmtree(paths.build, ignore_errors=True)
         if isinstance(exc, (BuildError, CommandInterrupted, GitError, OSError, ValueError)):
-            builder.note(f"FAILED: {exc}")
-            raise BuildError(_failure_message(str(exc), paths.log)) from exc
+            cause = str(exc)
+            if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                cause += _no_space_hint(opts.root, "No space left on device")
+            builder.note(f"FAILED: {cause}")
+            raise BuildError(_failure_message(builder.status.scrub(cause), paths.log)) from exc
         raise
     shutil.rmtree(paths.build, ignore_errors=True)
     return manifest
@@ -804,25 +706,6 @@ def _check_expected(opts: BuildOptions, commit: Optional[str], repo: str) -> Non
         )
 
 
-def _validate(opts: BuildOptions) -> None:
-    if opts.build_timeout <= 0:
-        raise BuildError(f"build_timeout must be a positive number of seconds, got {opts.build_timeout:g}")
-    if opts.wheel and not (opts.wheel.endswith(".whl") and os.path.isfile(opts.wheel)):
-        raise BuildError(f"wheel {opts.wheel!r} is not a .whl file on this host; give the path of a wheel")
-    if opts.precompiled not in MODES:
-        raise BuildError(f"precompiled {opts.precompiled!r} is not one of {', '.join(MODES)}")
-    reserved = sorted(name for name in PRECOMPILED_ENV if name in opts.build_env)
-    if reserved:
-        raise BuildError(
-            f"build_env sets {', '.join(reserved)}; the `precompiled` option decides that (auto from the diff, "
-            "or always/never) and `precompiled_wheel` gives the base wheel: remove them from build_env"
-        )
-    try:
-        parse_base(opts.precompiled_base)
-    except PrecompiledError as exc:
-        raise BuildError(str(exc)) from exc
-
-
 def build(opts: BuildOptions, check_mode: bool = False) -> Dict[str, Any]:
     """Resolve `opts.ref`, and build + install it as a release unless that release already exists.
 
@@ -831,15 +714,19 @@ def build(opts: BuildOptions, check_mode: bool = False) -> Dict[str, Any]:
     Outside check mode, `<root>/build-status.json` follows the run from `resolve` to `done` or `failed`.
     """
     started = time.monotonic()
-    _validate(opts)
-    status = StatusFile(opts.root, opts.run_id, opts.ref, enabled=not check_mode)
+    validate(opts)
+    status = StatusFile(
+        opts.root, opts.run_id, opts.ref, enabled=not check_mode, secrets=sorted(option_secrets(vars(opts)))
+    )
     try:
         status.stage("resolve", f"resolving {opts.ref}")
         result = _build(opts, check_mode, started, status)
     except BaseException as exc:
         cause = exc
-        if isinstance(exc, (GitError, LockTimeout, PrecompiledError)):
-            cause = BuildError(str(exc))
+        if isinstance(exc, (BuildError, GitError, PrecompiledError)):
+            cause = BuildError(status.scrub(str(exc)))
+        elif isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            cause = BuildError(f"{exc}{_no_space_hint(opts.root, str(exc))}")
         status.stage("failed", (str(cause).splitlines() or [type(exc).__name__])[0][:300])
         if cause is not exc:
             raise cause from exc
@@ -852,19 +739,21 @@ def build(opts: BuildOptions, check_mode: bool = False) -> Dict[str, Any]:
 def _build(opts: BuildOptions, check_mode: bool, started: float, status: StatusFile) -> Dict[str, Any]:
     deadline = Deadline(opts.build_timeout)
     repo = normalize_repo(opts.repo)
-    python = _find_python(opts.python)
-    installer = _find_installer(opts.installer)
-    python_version, torch = _probe_python(python, with_torch=not opts.build_isolation)
+    python = find_python(opts.python)
+    installer = find_installer(opts.installer, opts.root)
+    # Compiled modules depend on torch's ABI. Without isolation the build compiles against the venv's
+    # torch: the interpreter's, which the venv sees through system site packages, else the one the
+    # commit's build requirements install (the commit is in the name). With isolation they pin it.
+    python_version, torch = probe_python(python, with_torch=not opts.build_isolation and opts.system_site_packages)
     inputs = {
         "python": python,
         "python_version": python_version,
-        "installer": installer,
-        "build_env": opts.build_env,
+        "installer": installer.name,
+        # Recorded without credentials, and hashed so: a rotated token names no new release.
+        "build_env": recorded_build_env(opts.build_env),
         "build_isolation": opts.build_isolation,
         "system_site_packages": opts.system_site_packages,
-        "pip_args": opts.pip_args,
-        # Compiled modules depend on torch's ABI: the torch the build sees without isolation (with
-        # isolation, the commit's own build requirements pin it, and the commit is in the name) ...
+        "pip_args": recorded_pip_args(opts.pip_args),
         "torch": torch,
         # ... and on the GPU architectures compiled for (unset: the build host's GPUs).
         "torch_cuda_arch_list": opts.build_env.get("TORCH_CUDA_ARCH_LIST", os.environ.get("TORCH_CUDA_ARCH_LIST")),
@@ -885,12 +774,24 @@ def _build(opts: BuildOptions, check_mode: bool, started: float, status: StatusF
         if not resolution.commit:
             msg = f"would fetch {redact_url(repo)} to resolve the short SHA {opts.ref!r}, then build"
             return _result(opts, resolution, None, inputs_hash(inputs), started, True, False, None, msg)
-        decision = _predict_decision(opts, repo, mirror, resolution.commit, inputs)
+        decision = predict_decision(opts, repo, mirror, resolution.commit, inputs)
         digest, name = _named(resolution.commit, inputs, decision.use)
         msg = f"would build {name}"
+        if _serving(opts.root) == name and os.path.lexists(os.path.join(opts.root, "releases", name)):
+            msg += " beside the incomplete release `current` names (no valid manifest.json), then swap it in"
         return _result(opts, resolution, name, digest, started, True, False, None, msg, decision=decision)
 
-    with host_lock(opts.root, deadline.remaining()):
+    lock = contextlib.ExitStack()
+    try:
+        lock.enter_context(host_lock(opts.root, deadline.remaining()))
+    except LockTimeout as exc:
+        holder = f"process {exc.holder_pid}" if exc.holder_pid else "another process"
+        raise BuildError(
+            f"{exc.path} is held by {holder} (a build or release swap on this host) for the whole "
+            f"build_timeout={opts.build_timeout:.0f}s that vllm_build waits for it. Fix: wait for that run to "
+            "finish (its progress: build-status.json), or raise build_timeout"
+        ) from exc
+    with lock:
         if resolution.commit is None:
             fetch_log = os.path.join(opts.root, "logs", f"fetch-{os.path.basename(mirror)}.log")
             status.stage("fetch", f"fetching {redact_url(repo)} to resolve {opts.ref}", log_path=fetch_log)
@@ -903,7 +804,10 @@ def _build(opts: BuildOptions, check_mode: bool, started: float, status: StatusF
         plan = _plan(opts, resolution, repo, mirror, inputs, installer, deadline, status, started)
         if isinstance(plan, dict):
             return plan
-        paths = _Paths(opts.root, plan.name, status.data.get("log_path"))
+        # Never remove or rebuild in place what serves: a release `current` names without a valid
+        # manifest is built beside and swapped in.
+        beside = _serving(opts.root) == plan.name and os.path.lexists(os.path.join(opts.root, "releases", plan.name))
+        paths = _Paths(opts.root, plan.name, status.data.get("log_path"), staging=beside)
         status.update(release_name=plan.name, commit=plan.commit, log_path=paths.log)
         builder = _Builder(opts, paths, deadline, installer, python, status, plan.added_env)
         manifest = _make_release(opts, builder, plan)
@@ -920,7 +824,7 @@ def _plan(
     repo: str,
     mirror: str,
     inputs: Dict[str, Any],
-    installer: str,
+    installer: Installer,
     deadline: Deadline,
     status: StatusFile,
     started: float,
@@ -930,7 +834,7 @@ def _plan(
     Returns a _Plan, or the result dict when the decided release turns out to exist already.
     """
     commit = resolution.commit or ""
-    decision = _wheel_decision(opts)
+    decision = wheel_decision(opts)
     need_source = not opts.wheel
     name = None
     if decision is None and not needs_git(opts.precompiled, opts.precompiled_wheel):
@@ -950,10 +854,10 @@ def _plan(
         except (BuildError, GitError, PrecompiledError) as exc:
             _note(log, f"FAILED: {exc}")
             raise BuildError(_failure_message(str(exc), log)) from exc
-    added_env, max_jobs = _added_env(opts, installer, decision)
-    plan = _Plan(resolution, repo, mirror, inputs, decision, max_jobs, added_env)
+    added_env, jobs = _added_env(opts, installer, decision)
+    plan = _Plan(resolution, repo, mirror, inputs, decision, jobs, added_env)
     if log is not None and name is None:
-        manifest = read_json(os.path.join(opts.root, "releases", plan.name, "manifest.json"), None)
+        manifest = _read_manifest(os.path.join(opts.root, "releases", plan.name))
         if manifest is not None:  # e.g. made by `always` and found again by auto's own decision
             os.unlink(log)
             msg = f"{plan.name} exists"

@@ -34,6 +34,7 @@ __all__ = [
     "merge_base",
     "mirror_path",
     "normalize_repo",
+    "resolve_commit",
     "resolve_remote",
     "resolve_short_sha",
     "rev_parse",
@@ -263,6 +264,15 @@ def rev_parse(mirror: str, name: str) -> Optional[str]:
         if result.ok and is_full_sha(sha):
             return sha
     return None
+
+
+def resolve_commit(mirror: str, name: str) -> Optional[str]:
+    """The commit a full or unambiguous short SHA, tag, branch or refs/... name means in the mirror, or None."""
+    if not name or name.startswith("-"):
+        return None
+    result = _git(["rev-parse", "--verify", "-q", name + "^{commit}"], QUERY_TIMEOUT, git_dir=mirror)
+    sha = result.stdout.strip()
+    return sha if result.ok and is_full_sha(sha) else None
 
 
 def merge_base(mirror: str, first: str, second: str) -> Optional[str]:

@@ -3,46 +3,131 @@
 """Decide whether a vLLM build may reuse compiled libraries instead of compiling them.
 
 vLLM's setup.py builds Python-only changes fast with `VLLM_USE_PRECOMPILED=1`: it copies the compiled
-modules out of a base wheel (`VLLM_PRECOMPILED_WHEEL_LOCATION`, else the nightly wheel of the merge-base
-with upstream main). That is only right when the ref changes no compiled source. `auto` therefore asks
-git which files changed between the ref and its merge-base with the upstream branch, and uses the
-precompiled path only when none is under COMPILED_PATHS **and** a base wheel is known: `precompiled_wheel`,
-or the wheel of an earlier release on this host with the same build inputs whose commit has the same
-compiled sources as the ref. Without a known base wheel auto builds in full: vLLM's own lookup needs the
-network and a nightly wheel of that exact commit, which an air-gapped host or a fork does not have
-(`always` opts into it).
+modules out of a base wheel (`VLLM_PRECOMPILED_WHEEL_LOCATION`, else the wheel of
+`VLLM_PRECOMPILED_WHEEL_COMMIT` on vLLM's index, else of the merge-base with upstream main, else - when
+that lookup fails - the nightly). That is only right when the ref's compiled sources are those the base
+wheel was built from. `auto` therefore diffs the ref against the base wheel's own commit
+(`precompiled_wheel_commit`, or what the wheel says: `vllm/_version.py`, `+g<hash>`, the release tag)
+and uses the precompiled path only when nothing under COMPILED_PATHS differs; without `precompiled_wheel`
+it looks for the wheel of an earlier release on this host whose commit has the ref's compiled sources.
+Without a known base wheel, or when the wheel's commit is not in the repository, auto builds in full.
+`always` without a wheel pins VLLM_PRECOMPILED_WHEEL_COMMIT (the merge-base with precompiled_base, as
+vLLM's own lookup would take) after checking the index has it: never the nightly.
+A base wheel that is not a vLLM wheel, or is for another Python or platform, is refused before a build.
 """
 
 from __future__ import annotations
 
+import fnmatch
+import hashlib
+import json
 import os
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+import platform
+import re
+import zipfile
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from urllib.parse import unquote
+from urllib.request import urlopen
 
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import read_json, redact_url
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._git import changed_paths, commit_exists, merge_base
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._git import (
+    changed_paths,
+    commit_exists,
+    merge_base,
+    normalize_repo,
+    resolve_commit,
+    rev_parse,
+)
+
+if TYPE_CHECKING:  # the options import MODES from here
+    from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_options import BuildOptions
 
 __all__ = [
     "COMPILED_PATHS",
     "MODES",
+    "NIGHTLY_INDEX",
+    "NOT_COMPILED_PATHS",
+    "PRECOMPILED_ENV",
     "BaseWheel",
     "Decision",
     "PrecompiledError",
+    "WheelInfo",
+    "base_dest_ref",
+    "base_label",
+    "base_unusable",
+    "check_wheel",
     "compile_inputs",
     "compiled_changes",
     "compiled_from_its_sources",
     "decide",
+    "decide_against",
+    "decide_options",
     "local_base_wheels",
     "needs_git",
+    "nightly_wheel",
+    "options_need_git",
     "parse_base",
+    "predict_decision",
+    "same_repo",
+    "wheel_decision",
+    "wheel_info",
 ]
 
 MODES = ("auto", "always", "never")
-# What vLLM compiles from, or what decides how it compiles (build requirements pin torch).
-COMPILED_PATHS = ("csrc/", "cmake/", "CMakeLists.txt", "setup.py", "requirements/")
-AREAS = " ".join(COMPILED_PATHS)
+# vLLM's own data, in one place (a vLLM upgrade edits these). Paths whose change makes a base wheel's
+# compiled parts wrong for the ref: what vLLM compiles from or compiles with (setup.py of 0.33.0 blocks
+# csrc, cmake, CMakeLists.txt, pyproject.toml - the torch build pin - and vllm/_custom_ops.py; the build
+# requirements pin torch too), and what its precompiled path copies out of the base wheel over the
+# checkout, which would hide the ref's change: the Rust frontend (rust/, its toolchain and build script;
+# 0.33.0 only warns) and the Python files of the kernel packages (setup.py's extract regexes).
+# "dir/" matches below dir/, "dir/*.py" the .py files below it; "CMakeLists.txt" in any directory;
+# anything else that exact path.
+COMPILED_PATHS = (
+    "csrc/",
+    "cmake/",
+    "CMakeLists.txt",
+    "setup.py",
+    "requirements/",
+    "pyproject.toml",
+    "vllm/_custom_ops.py",
+    "rust/",
+    "rust-toolchain.toml",
+    "tools/build_rust.py",
+    "vllm/vllm_flash_attn/*.py",
+    "vllm/third_party/flashmla/*.py",
+    "vllm/third_party/triton_kernels/*.py",
+    "vllm/third_party/deep_gemm/",
+    "vllm/third_party/fmha_sm100/",
+    "vllm/third_party/tml_fa4/",
+)
+# Source-controlled files under those that the precompiled path keeps (setup.py's files_to_skip).
+NOT_COMPILED_PATHS = ("vllm/vllm_flash_attn/__init__.py", "vllm/vllm_flash_attn/flash_attn_interface.py")
+# Every variable vLLM's setup.py reads to take (or look up) precompiled parts: the `precompiled` option sets
+# them, nothing else may (VLLM_PRECOMPILED_WHEEL_LOCATION alone already switches it on, and
+# VLLM_USE_PRECOMPILED_RUST or VLLM_DOCKER_BUILD_CONTEXT start the network lookup that falls back to the nightly).
+PRECOMPILED_ENV = (
+    "VLLM_USE_PRECOMPILED",
+    "VLLM_PRECOMPILED_WHEEL_LOCATION",
+    "VLLM_PRECOMPILED_WHEEL_COMMIT",
+    "VLLM_USE_PRECOMPILED_RUST",
+    "VLLM_DOCKER_BUILD_CONTEXT",
+)
+# vLLM's wheel index: <index>/<commit>/[<variant>/]vllm/metadata.json lists the wheels of that commit.
+NIGHTLY_INDEX = "https://wheels.vllm.ai"
+INDEX_TIMEOUT = 30.0
+AREAS = "vLLM's compiled paths"
 MERGE_BASE_PLACEHOLDER = "{merge_base}"
 SHOWN_PATHS = 5
 MAX_CANDIDATES = 10
+# Where the mirror keeps a precompiled_base fetched from another repository.
+BASE_REF_PREFIX = "refs/vllm-ops/precompiled-base/"
+# {distribution}-{version}(-{build})?-{python}-{abi}-{platform}.whl (PEP 427)
+_WHEEL_NAME = re.compile(
+    r"(?P<dist>[^-]+)-(?P<version>[^-]+)(?:-(?P<build>\d[^-]*))?-(?P<py>[^-]+)-(?P<abi>[^-]+)-(?P<plat>[^-]+)\.whl"
+)
+_COMMIT_ID = re.compile(r"""^__commit_id__\s*=\s*(?:commit_id\s*=\s*)?['"]g?([0-9a-f]{7,40})['"]""", re.MULTILINE)
+_LOCAL_COMMIT = re.compile(r"(?:^|\.)g([0-9a-f]{7,40})(?:\.|$)")
+_RELEASE = re.compile(r"\d+(?:\.\d+)*")
 
 
 class PrecompiledError(Exception):
@@ -63,7 +148,11 @@ class BaseWheel:
 
 
 class Decision:
-    """Whether this build uses the precompiled path, and why (one sentence a person can check)."""
+    """Whether this build uses the precompiled path, and why (one sentence a person can check).
+
+    `wheel_commit` is the commit the base wheel's compiled parts are of (auto diffs the ref against it),
+    or the one `always` pins for vLLM's own lookup; `commit` the ref's.
+    """
 
     def __init__(
         self,
@@ -77,6 +166,9 @@ class Decision:
         changed_files: Optional[int] = None,
         compiled_changed: Sequence[str] = (),
         decided: bool = True,
+        commit: Optional[str] = None,
+        wheel_commit: Optional[str] = None,
+        wheel_commit_source: Optional[str] = None,
     ) -> None:
         self.use = use
         self.mode = mode
@@ -88,14 +180,23 @@ class Decision:
         self.changed_files = changed_files
         self.compiled_changed = list(compiled_changed)
         self.decided = decided
+        self.commit = commit
+        self.wheel_commit = wheel_commit
+        self.wheel_commit_source = wheel_commit_source
 
     def env(self) -> Dict[str, str]:
-        """The environment vLLM's setup.py reads (empty for a full build)."""
+        """The environment vLLM's setup.py reads (empty for a full build).
+
+        Without a wheel location the commit is pinned: vLLM then fetches that commit's wheel or fails,
+        where an unset or invalid VLLM_PRECOMPILED_WHEEL_COMMIT makes it fall back to the nightly wheel.
+        """
         if not self.use:
             return {}
         env = {"VLLM_USE_PRECOMPILED": "1"}
         if self.wheel_location:
             env["VLLM_PRECOMPILED_WHEEL_LOCATION"] = self.wheel_location
+        elif self.wheel_commit:
+            env["VLLM_PRECOMPILED_WHEEL_COMMIT"] = self.wheel_commit
         return env
 
     def details(self) -> Dict[str, Any]:
@@ -103,7 +204,10 @@ class Decision:
             "used": self.use,
             "mode": self.mode,
             "reason": self.reason,
+            "commit": self.commit,
             "wheel_location": redact_url(self.wheel_location) if self.wheel_location else None,
+            "wheel_commit": self.wheel_commit,
+            "wheel_commit_source": redact_url(self.wheel_commit_source) if self.wheel_commit_source else None,
             "merge_base": self.merge_base,
             "base": redact_url(self.base) if self.base else None,
             "base_release": self.base_release,
@@ -113,6 +217,115 @@ class Decision:
 
     def __repr__(self) -> str:
         return f"Decision({self.use}: {self.reason})"
+
+
+class WheelInfo:
+    """What a base wheel says about itself: its file name's version and tags and, for a file on this host,
+    whether it is a vLLM wheel and the commit setuptools-scm wrote into `vllm/_version.py`."""
+
+    def __init__(self, location: str, name: str, match: Optional[Any], problem: Optional[str] = None) -> None:
+        self.location = location
+        self.name = name
+        self.problem = problem  # why it is not a vLLM wheel, or None
+        self.dist = match.group("dist") if match else ""
+        self.version = match.group("version") if match else ""
+        self.python_tags = match.group("py").split(".") if match else []
+        self.abi_tags = match.group("abi").split(".") if match else []
+        self.platform_tags = match.group("plat").split(".") if match else []
+        self.commit_id: Optional[str] = None  # from vllm/_version.py
+        local = self.version.partition("+")[2]
+        found = _LOCAL_COMMIT.search(local)
+        self.local_commit = found.group(1) if found else None
+        self.precompiled = "precompiled" in local.split(".")  # its compiled parts came from yet another wheel
+        self.tag = f"v{self.version}" if _RELEASE.fullmatch(self.version) else None
+
+    def __repr__(self) -> str:
+        return f"WheelInfo({self.name})"
+
+
+def wheel_info(location: str) -> WheelInfo:
+    """Read a base wheel: the name of a URL, the name and contents of a file (stdlib zipfile only)."""
+    name = unquote(os.path.basename(location.split("?", 1)[0].split("#", 1)[0]))
+    match = _WHEEL_NAME.fullmatch(name)
+    if not match:
+        return WheelInfo(
+            location, name, None, "is not a wheel file name (vllm-<version>-<python>-<abi>-<platform>.whl)"
+        )
+    info = WheelInfo(location, name, match)
+    if match.group("dist").lower().replace("_", "-") != "vllm":
+        info.problem = f"is a wheel of {match.group('dist')}, not of vLLM"
+    elif "://" not in location:
+        info.problem = _read_wheel(location, info)
+    return info
+
+
+def _read_wheel(path: str, info: WheelInfo) -> Optional[str]:
+    if not zipfile.is_zipfile(path):
+        return "is not a zip archive (a wheel is one)"
+    with zipfile.ZipFile(path) as archive:
+        names = archive.namelist()
+        if "vllm/__init__.py" not in names:
+            return "has no vllm/ package"
+        metadata = [n for n in names if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
+        project = ""
+        if metadata:
+            text = archive.read(metadata[0]).decode("utf-8", "replace")
+            found = re.search(r"^Name:\s*(\S+)", text, re.MULTILINE)
+            project = found.group(1) if found else ""
+        if project.lower().replace("_", "-") != "vllm":
+            return f"is no vLLM wheel: its dist-info names {project or 'no project'}, not vllm"
+        if "vllm/_version.py" in names:
+            found = _COMMIT_ID.search(archive.read("vllm/_version.py").decode("utf-8", "replace"))
+            info.commit_id = found.group(1) if found else None
+    return None
+
+
+def _python_fits(info: WheelInfo, python_version: str) -> bool:
+    want = tuple(int(part) for part in python_version.split(".")[:2])
+    for tag in info.python_tags:
+        found = re.fullmatch(r"(?:cp|py)(\d)(\d*)", tag)
+        if not found:
+            continue
+        major, minor = int(found.group(1)), int(found.group(2) or -1)
+        if minor < 0 or tag.startswith("py"):
+            if major == want[0]:
+                return True
+        elif "abi3" in info.abi_tags:
+            if (major, minor) <= want:
+                return True
+        elif (major, minor) == want:
+            return True
+    return False
+
+
+def _platform_fits(info: WheelInfo, machine: str) -> bool:
+    for tag in info.platform_tags:
+        if tag == "any" or (tag.startswith(("linux_", "manylinux", "musllinux")) and tag.endswith("_" + machine)):
+            return True
+    return False
+
+
+def check_wheel(info: WheelInfo, python_version: Optional[str], machine: Optional[str] = None) -> None:
+    """Refuse a base wheel the build cannot use: not a vLLM wheel, or for another Python or platform."""
+    fix = "Fix: give precompiled_wheel the path or URL of a vLLM wheel"
+    if info.problem:
+        raise PrecompiledError(f"precompiled_wheel {redact_url(info.location)!r} {info.problem}. {fix}")
+    tags = f"{'.'.join(info.python_tags)}-{'.'.join(info.abi_tags)}"
+    if python_version and not _python_fits(info, python_version):
+        wheel_python = ", ".join(
+            f"{t[2]}.{t[3:]}" if len(t) > 3 else t for t in info.python_tags if t.startswith(("cp", "py"))
+        )
+        raise PrecompiledError(
+            f"precompiled_wheel {info.name} is for Python {wheel_python} ({tags}), but the build's python is "
+            f"{python_version}. {fix} for Python {'.'.join(python_version.split('.')[:2])} (or an abi3 one), or set "
+            "`python` to a matching interpreter"
+        )
+    machine = machine or platform.machine()
+    if not _platform_fits(info, machine):
+        raise PrecompiledError(
+            f"precompiled_wheel {info.name} is for {'.'.join(info.platform_tags)}, but this host is linux {machine}. "
+            f"{fix} built for linux {machine} (manylinux_*_{machine} or linux_{machine})"
+        )
 
 
 def parse_base(spec: str) -> Tuple[Optional[str], str]:
@@ -130,8 +343,13 @@ def parse_base(spec: str) -> Tuple[Optional[str], str]:
 
 
 def _touches_compiled(path: str) -> bool:
+    if path in NOT_COMPILED_PATHS:
+        return False
     for prefix in COMPILED_PATHS:
-        if prefix.endswith("/"):
+        if "*" in prefix:
+            if fnmatch.fnmatchcase(path, prefix):  # "*" crosses "/": any depth
+                return True
+        elif prefix.endswith("/"):
             if path.startswith(prefix):
                 return True
         elif path == prefix or (prefix == "CMakeLists.txt" and path.endswith("/CMakeLists.txt")):
@@ -190,6 +408,10 @@ def _files(count: int) -> str:
     return f"{count} file{'s' if count != 1 else ''}"
 
 
+def _shown(paths: Sequence[str]) -> str:
+    return ", ".join(paths[:SHOWN_PATHS]) + (", ..." if len(paths) > SHOWN_PATHS else "")
+
+
 def _location(wheel: str, merge_base_sha: Optional[str]) -> str:
     if MERGE_BASE_PLACEHOLDER in wheel:
         if not merge_base_sha:
@@ -204,9 +426,81 @@ def _location(wheel: str, merge_base_sha: Optional[str]) -> str:
     return wheel
 
 
-def needs_git(mode: str, wheel: Optional[str]) -> bool:
-    """Whether the decision reads the repository (auto, or a wheel location naming the merge-base)."""
-    return mode == "auto" or MERGE_BASE_PLACEHOLDER in (wheel or "")
+def needs_git(mode: str, wheel: Optional[str], wheel_commit: Optional[str] = None) -> bool:
+    """Whether the decision reads the repository: auto; always without a wheel (it pins the merge-base);
+    a wheel location naming the merge-base; a precompiled_wheel_commit to check."""
+    if mode == "never":
+        return False
+    return mode == "auto" or not wheel or MERGE_BASE_PLACEHOLDER in wheel or bool(wheel_commit)
+
+
+def _resolve_option_commit(mirror: Optional[str], wheel_commit: Optional[str]) -> Optional[str]:
+    if not wheel_commit:
+        return None
+    sha = resolve_commit(mirror, wheel_commit.strip()) if mirror else None
+    if sha is None:
+        raise PrecompiledError(
+            f"precompiled_wheel_commit {wheel_commit!r} is not a commit of the repository. Fix: give the full SHA "
+            "(or a tag) of the commit the base wheel was built from, as the repository has it, or leave it unset to "
+            "read the commit from the wheel"
+        )
+    return sha
+
+
+def _wheel_commit(
+    mirror: str, info: WheelInfo, template: bool, merged: Optional[str]
+) -> Tuple[Optional[str], str, Optional[str]]:
+    """(commit or None, where it comes from, why it cannot be used) of a base wheel, from the wheel itself."""
+    if template:
+        return merged, "the merge-base named by precompiled_wheel", None
+    if info.commit_id:
+        source, name = f"vllm/_version.py of {info.name}", info.commit_id
+    elif info.local_commit:
+        source, name = f"the version's +g{info.local_commit} of {info.name}", info.local_commit
+    elif info.tag:
+        source, name = f"tag {info.tag}, of the wheel's version {info.name}", f"refs/tags/{info.tag}"
+    else:
+        return None, info.name, f"{info.name} names no commit (no vllm/_version.py commit id, no +g<hash>, no release)"
+    if info.precompiled:
+        return (
+            None,
+            source,
+            (
+                f"{info.name} was itself built on the precompiled path, so its libraries are of another commit "
+                "than its own; set precompiled_wheel_commit to the commit they were compiled from"
+            ),
+        )
+    sha = resolve_commit(mirror, name)
+    if sha is None:
+        shown = info.tag if name.startswith("refs/tags/") else name
+        why = f"the base wheel's commit {shown} ({source}) is not in the repository"
+        return None, source, f"{why} (precompiled_wheel_commit can name the commit it was built from)"
+    return sha, source, None
+
+
+def nightly_wheel(commit: str, machine: str, variant: Optional[str] = None, index: Optional[str] = None) -> str:
+    """The file name of the wheel vLLM's lookup would take for `commit` (as its setup.py reads the index);
+    PrecompiledError when the index does not answer or lists none for this machine."""
+    index = index or NIGHTLY_INDEX
+    url = f"{index.rstrip('/')}/{commit}/{variant + '/' if variant else ''}vllm/metadata.json"
+    fix = (
+        "Fix: give precompiled_wheel (a local wheel, or the URL of the wheel built from that commit), or use "
+        "precompiled: auto or never"
+    )
+    try:
+        with urlopen(url, timeout=INDEX_TIMEOUT) as response:
+            wheels = json.loads(response.read().decode("utf-8"))
+    except (OSError, ValueError) as exc:
+        raise PrecompiledError(
+            f"precompiled: always: the wheel of {commit[:12]} cannot be had from {redact_url(url)} ({exc}); "
+            f"vLLM's setup.py would fail the same way after the build started. {fix}"
+        ) from exc
+    for wheel in wheels if isinstance(wheels, list) else []:
+        if isinstance(wheel, dict) and wheel.get("package_name") == "vllm" and machine in wheel.get("platform_tag", ""):
+            return str(wheel.get("filename") or wheel.get("path") or "")
+    raise PrecompiledError(
+        f"precompiled: always: {redact_url(url)} lists no vllm wheel for {machine} (commit {commit[:12]}). {fix}"
+    )
 
 
 def decide(
@@ -217,60 +511,244 @@ def decide(
     base_commit: Optional[str] = None,
     base_label: str = "main",
     candidates: Sequence[BaseWheel] = (),
+    *,
+    wheel_commit: Optional[str] = None,
+    python_version: Optional[str] = None,
+    machine: Optional[str] = None,
+    variant: Optional[str] = None,
+    index: Optional[str] = None,
+    check_index: bool = True,
 ) -> Decision:
     """The decision for building `commit` (present in `mirror`, as is `base_commit`).
 
-    `never` and `always` need no repository unless `wheel` names {merge_base}. `candidates` are the local
-    base wheels (local_base_wheels); the one of the merge-base is preferred, then the newest.
+    auto diffs the ref against the commit its base wheel was built from: `wheel_commit`
+    (precompiled_wheel_commit), else what `wheel` says of itself (vllm/_version.py, +g<hash>, release tag);
+    without `wheel`, the local base wheels `candidates` (local_base_wheels; the merge-base's first) against
+    their own commits. always without `wheel` pins the merge-base (or `wheel_commit`) for vLLM's lookup and
+    checks that `index` has that wheel (unless `check_index` is False: check mode reads nothing remote).
+    A bad wheel or wheel_commit raises PrecompiledError, never a build. `python_version` (the build
+    python's) and `machine` (default: this host's) are what the wheel must fit.
     """
     if mode not in MODES:
         raise PrecompiledError(f"precompiled {mode!r} is not one of {', '.join(MODES)}")
     if mode == "never":
-        return Decision(False, mode, "precompiled: never: full build")
+        return Decision(False, mode, "precompiled: never: full build", commit=commit)
+    machine = machine or platform.machine()
+    location = info = None
+    template = MERGE_BASE_PLACEHOLDER in (wheel or "")
+    if wheel and not template:  # a bad wheel is refused before anything else is read
+        location = _location(wheel, None)
+        info = wheel_info(location)
+        check_wheel(info, python_version, machine)
     merged = None
-    if needs_git(mode, wheel):
+    if needs_git(mode, wheel, wheel_commit):
         if not (mirror and commit and base_commit):
             raise PrecompiledError("the precompiled decision needs the commit and the base in the mirror")
         merged = merge_base(mirror, commit, base_commit)
-    if mode == "always":
-        location = _location(wheel, merged) if wheel else None
-        where = f"base wheel {redact_url(location)}" if location else "vLLM looks up the base wheel itself"
-        return Decision(True, mode, f"precompiled: always (the diff is not checked; {where})", location, merged)
-    if merged is None:
-        reason = f"{(commit or '')[:12]} shares no history with {base_label} ({(base_commit or '')[:12]}): full build"
-        return Decision(False, mode, reason, base=base_label)
-    changed = changed_paths(mirror or "", merged, commit or "")
-    compiled = compiled_changes(changed)
-
-    def made(use: bool, reason: str, location: Optional[str] = None, lender: Optional[str] = None) -> Decision:
-        return Decision(use, mode, reason, location, merged, base_label, lender, len(changed), compiled)
-
-    since = f"{_files(len(changed))} changed since merge-base {merged[:12]} with {base_label}"
-    if compiled:
-        shown = ", ".join(compiled[:SHOWN_PATHS]) + (", ..." if len(compiled) > SHOWN_PATHS else "")
-        return made(False, f"{since}, {len(compiled)} under {AREAS} ({shown}): full build")
-    since += f", none under {AREAS}"
-    if wheel:
+    explicit = _resolve_option_commit(mirror, wheel_commit)
+    if wheel and template:
         location = _location(wheel, merged)
-        return made(True, f"{since}: precompiled (base wheel {redact_url(location)})", location)
-    lender = _same_compiled_sources(mirror or "", commit or "", merged, candidates)
+        info = wheel_info(location)
+        check_wheel(info, python_version, machine)
+    if mode == "always":
+        return _always(commit, location, explicit, merged, base_label, machine, variant, index if check_index else "")
+    mirror, commit = mirror or "", commit or ""
+
+    def made(use: bool, reason: str, changed: int, compiled: Sequence[str], **fields: Any) -> Decision:
+        fields.setdefault("wheel_location", location if use else None)
+        return Decision(use, mode, reason, merge_base=merged, base=base_label, changed_files=changed,
+                        compiled_changed=compiled, commit=commit, **fields)  # fmt: skip
+
+    if info is not None:
+        found: Optional[str]
+        if explicit:
+            found, source, why = explicit, "precompiled_wheel_commit", None
+        else:
+            found, source, why = _wheel_commit(mirror, info, template, merged)
+        if found is None:
+            return made(False, f"{why}: full build", 0, (), wheel_commit_source=source)
+        changed = changed_paths(mirror, found, commit)
+        compiled = compiled_changes(changed)
+        since = f"{_files(len(changed))} changed since the base wheel's commit {found[:12]} ({source})"
+        if compiled:
+            reason = f"{since}, {len(compiled)} under {AREAS} ({_shown(compiled)}): full build"
+            return made(False, reason, len(changed), compiled, wheel_commit=found, wheel_commit_source=source)
+        reason = f"{since}, none under {AREAS}: precompiled (base wheel {redact_url(location or '')})"
+        return made(True, reason, len(changed), (), wheel_commit=found, wheel_commit_source=source)
+    lender = _same_compiled_sources(mirror, commit, merged, candidates)
     if lender is not None:
-        reason = f"{since}: precompiled from the wheel of release {lender.release} (same compiled sources)"
-        return made(True, reason, lender.path, lender.release)
+        base, changed = lender
+        source = f"the manifest of release {base.release}"
+        reason = (
+            f"{_files(len(changed))} changed since the base wheel's commit {base.commit[:12]} ({source}), none under "
+            f"{AREAS}: precompiled from the wheel of release {base.release} (same compiled sources)"
+        )
+        return made(True, reason, len(changed), (), wheel_location=base.path, base_release=base.release,
+                    wheel_commit=base.commit, wheel_commit_source=source)  # fmt: skip
+    if merged is None:
+        reason = f"{commit[:12]} shares no history with {base_label} ({(base_commit or '')[:12]}): full build"
+        return made(False, reason, 0, ())
+    changed = changed_paths(mirror, merged, commit)
+    compiled = compiled_changes(changed)
+    since = f"{_files(len(changed))} changed since merge-base {merged[:12]} with {base_label}"
+    since += f", {len(compiled)} under {AREAS} ({_shown(compiled)})" if compiled else f", none under {AREAS}"
     return made(
         False,
         f"{since}, but no base wheel (no precompiled_wheel given, and no release on this host has the same "
         "compiled sources and build inputs): full build",
+        len(changed),
+        compiled,
     )
 
 
+def _always(
+    commit: Optional[str],
+    location: Optional[str],
+    explicit: Optional[str],
+    merged: Optional[str],
+    base_label: str,
+    machine: str,
+    variant: Optional[str],
+    index: Optional[str],
+) -> Decision:
+    if location:
+        reason = f"precompiled: always (the diff is not checked; base wheel {redact_url(location)})"
+        source = "precompiled_wheel_commit" if explicit else None
+        return Decision(True, "always", reason, location, merged, commit=commit, wheel_commit=explicit,
+                        wheel_commit_source=source)  # fmt: skip
+    pinned = explicit or merged
+    if not pinned:
+        raise PrecompiledError(
+            f"precompiled: always without precompiled_wheel: {(commit or '')[:12]} shares no history with "
+            f"{base_label}, so there is no commit whose wheel vLLM could fetch. Fix: give precompiled_wheel or "
+            "precompiled_wheel_commit, or set precompiled_base to the branch the ref came from"
+        )
+    source = "precompiled_wheel_commit" if explicit else f"merge-base with {base_label}"
+    if index == "":  # check mode
+        found = f"{redact_url(NIGHTLY_INDEX)} is asked by the build, not in check mode"
+    else:
+        found = f"{redact_url(index or NIGHTLY_INDEX)}: {nightly_wheel(pinned, machine, variant, index)}"
+    reason = (
+        f"precompiled: always (the diff is not checked; the wheel of {pinned[:12]} ({source}) from "
+        f"{found}; VLLM_PRECOMPILED_WHEEL_COMMIT pinned, never the nightly)"
+    )
+    return Decision(True, "always", reason, None, merged, base_label, commit=commit, wheel_commit=pinned,
+                    wheel_commit_source=source)  # fmt: skip
+
+
 def _same_compiled_sources(
-    mirror: str, commit: str, merged: str, candidates: Sequence[BaseWheel]
-) -> Optional[BaseWheel]:
+    mirror: str, commit: str, merged: Optional[str], candidates: Sequence[BaseWheel]
+) -> Optional[Tuple[BaseWheel, List[str]]]:
+    """The local base wheel whose commit has the ref's compiled sources, and the paths that differ."""
     ordered = sorted(candidates, key=lambda base: base.commit != merged)  # stable: newest first otherwise
     for base in ordered[:MAX_CANDIDATES]:
         if not commit_exists(mirror, base.commit):
             continue  # installed from a wheel of a repository this mirror does not hold
-        if base.commit == commit or not compiled_changes(changed_paths(mirror, base.commit, commit)):
-            return base
+        changed = [] if base.commit == commit else changed_paths(mirror, base.commit, commit)
+        if not compiled_changes(changed):
+            return base, changed
     return None
+
+
+def base_label(base_url: Optional[str], base_ref: str) -> str:
+    """precompiled_base as shown to a person (credentials removed)."""
+    return base_ref if base_url is None else f"{redact_url(base_url)}#{base_ref}"
+
+
+def base_dest_ref(base_url: str) -> str:
+    """The mirror's ref for a precompiled_base of another repository (one per URL)."""
+    return BASE_REF_PREFIX + hashlib.sha256(redact_url(base_url).encode("utf-8")).hexdigest()[:8]
+
+
+def same_repo(base_url: Optional[str], repo: str) -> bool:
+    return base_url is None or normalize_repo(base_url) == repo
+
+
+def base_unusable(opts: BuildOptions, label: str, problem: Exception) -> Decision:
+    """The decision when precompiled_base cannot be had: auto builds in full; other modes re-raise."""
+    if opts.precompiled != "auto":
+        raise problem
+    return Decision(False, opts.precompiled, f"precompiled_base {label} is unusable ({problem}): full build")
+
+
+def decide_options(
+    opts: BuildOptions,
+    inputs: Mapping[str, Any],
+    commit: Optional[str] = None,
+    mirror: Optional[str] = None,
+    base_commit: Optional[str] = None,
+    label: str = "main",
+    candidates: Sequence[BaseWheel] = (),
+    check_index: bool = True,
+) -> Decision:
+    """decide() for vllm_build's options: the wheel must fit the build's python (inputs) and this host."""
+    return decide(
+        opts.precompiled,
+        opts.precompiled_wheel,
+        commit,
+        mirror,
+        base_commit,
+        label,
+        candidates,
+        wheel_commit=opts.precompiled_wheel_commit,
+        python_version=inputs.get("python_version"),
+        variant=opts.build_env.get("VLLM_PRECOMPILED_WHEEL_VARIANT"),
+        check_index=check_index,
+    )
+
+
+def options_need_git(opts: BuildOptions) -> bool:
+    """needs_git() for vllm_build's options."""
+    return needs_git(opts.precompiled, opts.precompiled_wheel, opts.precompiled_wheel_commit)
+
+
+def decide_against(
+    opts: BuildOptions,
+    mirror: str,
+    commit: str,
+    base_commit: str,
+    label: str,
+    inputs: Mapping[str, Any],
+    check_index: bool = True,
+) -> Decision:
+    """The decision once the mirror holds the commit and the base (a build's, or check mode's prediction)."""
+    candidates = local_base_wheels(opts.root, inputs)
+    return decide_options(opts, inputs, commit, mirror, base_commit, label, candidates, check_index)
+
+
+def wheel_decision(opts: BuildOptions) -> Optional[Decision]:
+    """auto with a wheel built elsewhere: the building host's decision, taken as made (no repository needed).
+
+    The release then carries mode `auto`, so a later auto lookup on this host accepts it as its own.
+    """
+    if not (opts.wheel and opts.precompiled == "auto" and opts.wheel_precompiled is not None):
+        return None
+    how = "the precompiled path" if opts.wheel_precompiled else "a full build"
+    return Decision(opts.wheel_precompiled, "auto", f"precompiled: auto, decided where the wheel was built ({how})")
+
+
+def predict_decision(opts: BuildOptions, repo: str, mirror: str, commit: str, inputs: Mapping[str, Any]) -> Decision:
+    """The decision in check mode: from the mirror as it is (read only), when it holds what is needed."""
+    taken = wheel_decision(opts)
+    if taken is not None:
+        return taken
+    if not options_need_git(opts):
+        return decide_options(opts, inputs, check_index=False)
+    base_url, base_ref = parse_base(opts.precompiled_base)
+    label = base_label(base_url, base_ref)
+    base_commit = None
+    if os.path.isdir(mirror) and commit_exists(mirror, commit):
+        base_commit = rev_parse(mirror, base_ref if same_repo(base_url, repo) else base_dest_ref(base_url or ""))
+    if base_commit is None:
+        if opts.precompiled == "always":  # precompiled for sure; only the commit to pin needs the mirror
+            reason = (
+                f"precompiled: always (the commit to pin is not known in check mode: the mirror does not hold "
+                f"{commit[:12]} and {label} yet)"
+            )
+            return Decision(True, "always", reason, commit=commit)
+        reason = (
+            f"not decided in check mode: the mirror does not hold {commit[:12]} and {label} yet "
+            "(the release name assumes a full build)"
+        )
+        return Decision(False, opts.precompiled, reason, decided=False)
+    return decide_against(opts, mirror, commit, base_commit, label, inputs, check_index=False)

@@ -217,26 +217,24 @@ status_path:
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build import (
     BUILD_ARGUMENT_SPEC,
+    VLLM_BUILD_ARGUMENT_SPEC,
     BuildError,
     build,
     build_options,
-    url_secrets,
+    option_secrets,
 )
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import redact_url
 
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={
-            **BUILD_ARGUMENT_SPEC,
-            "keep_releases": {"type": "int", "default": 3},
-            "run_id": {"type": "str"},
-        },
+        argument_spec={**BUILD_ARGUMENT_SPEC, **VLLM_BUILD_ARGUMENT_SPEC},
         supports_check_mode=True,
     )
     params = module.params
-    # A token in the URL must not come back in `invocation`; the core still gets the real URL.
-    module.no_log_values.update(url_secrets(params))
+    # A token (in a URL, or a secret-named build_env value) must not come back in `invocation`; the core
+    # still gets the real values.
+    module.no_log_values.update(option_secrets(params))
     try:
         options = build_options(params, keep_releases=params["keep_releases"], run_id=params["run_id"])
         result = build(options, check_mode=module.check_mode)

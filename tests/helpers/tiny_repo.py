@@ -5,7 +5,7 @@ commit it came from (`<tag>` or `...devN+g<sha>`). Its history:
 
     c1 (tag v1.0.0, annotated) -- c2 -- c3          main, bump
                                    \\-- p1          refs/pull/1/head only (no branch)
-    c1 -- slow                                      slow: setup.py writes its pid, then sleeps
+    c1 -- slow                                      slow: setup.py writes its pid and temp dir, then sleeps
     c1 -- c2 -- c3 -- broken                        broken: setup.py raises (a compile error stand-in)
 
 Builds in tests use build isolation with `pip_args: [--no-index, --find-links, <wheelhouse>]`, exactly
@@ -45,10 +45,11 @@ packages = ["tinypkg"]
 """
 
 SLOW_SETUP = """\
-import os, time
+import os, tempfile, time
 from setuptools import setup
-with open(os.environ["TINY_SLOW_MARKER"], "w") as marker:
-    marker.write(str(os.getpid()))
+with open(os.environ["TINY_SLOW_MARKER"] + ".tmp", "w") as marker:
+    marker.write(str(os.getpid()) + "\\n" + tempfile.gettempdir() + "\\n")
+os.replace(os.environ["TINY_SLOW_MARKER"] + ".tmp", os.environ["TINY_SLOW_MARKER"])
 time.sleep(600)
 setup(name="tinypkg", version="0.0.0", packages=["tinypkg"])
 """

@@ -1,0 +1,276 @@
+# Copyright (c) vllm_ops.dflash contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A precompiled build of vLLM without inflating, copying and deflating its compiled libraries again.
+
+vLLM's setup.py, on the precompiled path, copies members of the base wheel verbatim into the source tree
+(`[extract] vllm/_C...so`), setuptools copies them twice more (build/lib, bdist dir) and deflates them
+into the new wheel: measured on real vLLM 0.26.0 (2 cores), most of the build stage's time, for 730 MB of
+bytes that end up unchanged. So the build is given a *stub* of the base wheel instead: the same members,
+but each large one replaced by a small placeholder naming it; setup.py copies placeholders where it
+would have copied libraries, and `overlay()` then writes the final wheel, taking each placeholder's
+member raw (still compressed, CRC and all) from the base wheel and every other member raw from the built
+wheel, with RECORD's lines for the swapped members set to the real hash and size.
+
+The result holds the same files with the same bytes as vLLM's own build of that commit (setup.py still
+decides which members go where; a placeholder found anywhere but under its own name refuses the wheel),
+and RECORD stays valid. Only the zip members' timestamps differ: the base wheel's for swapped members.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import struct
+import zipfile
+from typing import Any, Dict, List, Optional, Tuple
+
+__all__ = ["MIN_SIZE", "OverlayError", "make_stub", "overlay", "stub_for"]
+
+# Members this large (vLLM's .so files, the rust frontend, the largest CUDA headers) get a placeholder.
+MIN_SIZE = 1 << 20
+PLACEHOLDER_MAGIC = b"vllm_ops.dflash wheel-overlay placeholder v1\n"
+_CHUNK = 1 << 20
+_STAMP = ".stub.json"
+
+
+class OverlayError(Exception):
+    """The stub or the overlay cannot be made; the message names the cause and the fix."""
+
+
+def _record_hash(digest: bytes) -> str:
+    return "sha256=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+
+
+def _record_name(archive: zipfile.ZipFile) -> str:
+    names = [n for n in archive.namelist() if n.count("/") == 1 and n.endswith(".dist-info/RECORD")]
+    if len(names) != 1:
+        raise OverlayError(f"{archive.filename} has {len(names)} .dist-info/RECORD files, not one; it is not a wheel")
+    return names[0]
+
+
+def _read_record(archive: zipfile.ZipFile) -> Tuple[str, List[List[str]]]:
+    import csv
+    import io
+
+    name = _record_name(archive)
+    text = archive.read(name).decode("utf-8")
+    return name, [row for row in csv.reader(io.StringIO(text)) if row]
+
+
+def _write_record(rows: List[List[str]]) -> bytes:
+    import csv
+    import io
+
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerows(rows)
+    return out.getvalue().encode("utf-8")
+
+
+def _placeholder(name: str, info: zipfile.ZipInfo, record_hash: str) -> bytes:
+    fields = {"name": name, "hash": record_hash, "size": info.file_size, "crc": info.CRC}
+    return PLACEHOLDER_MAGIC + json.dumps(fields, sort_keys=True).encode("utf-8") + b"\n"
+
+
+def _parse_placeholder(data: bytes) -> Optional[Dict[str, Any]]:
+    if not data.startswith(PLACEHOLDER_MAGIC):
+        return None
+    return json.loads(data[len(PLACEHOLDER_MAGIC) :].decode("utf-8"))
+
+
+def make_stub(base_wheel: str, dest: str, min_size: int = MIN_SIZE) -> Dict[str, Any]:
+    """Write `dest`: `base_wheel` with each member of `min_size` bytes or more replaced by its placeholder.
+
+    Every replaced member is hashed as it is read, and checked against the base wheel's RECORD: a wheel
+    whose libraries do not match its own RECORD is refused here, before any build. Returns counts.
+    """
+    try:
+        return _make_stub(base_wheel, dest, min_size)
+    except zipfile.BadZipFile as exc:
+        raise OverlayError(f"{base_wheel} is not a readable wheel ({exc}). Fix: download it again") from exc
+
+
+def _make_stub(base_wheel: str, dest: str, min_size: int) -> Dict[str, Any]:
+    replaced = 0
+    replaced_bytes = 0
+    tmp = dest + ".part"
+    with zipfile.ZipFile(base_wheel) as base:
+        _, rows = _read_record(base)
+        recorded = {row[0]: row[1] for row in rows if len(row) >= 2}
+        with zipfile.ZipFile(tmp, "w") as stub:
+            for info in base.infolist():
+                # The wheel's own metadata stays: RECORD has no hash of itself, and setup.py extracts none of it.
+                metadata = info.filename.split("/", 1)[0].endswith(".dist-info")
+                if info.file_size < min_size or info.is_dir() or metadata:
+                    _copy_raw(base, info, stub)
+                    continue
+                digest = hashlib.sha256()
+                with base.open(info) as member:
+                    for chunk in iter(lambda: member.read(_CHUNK), b""):
+                        digest.update(chunk)
+                actual = _record_hash(digest.digest())
+                if recorded.get(info.filename) != actual:
+                    raise OverlayError(
+                        f"{info.filename} in {base_wheel} does not match the wheel's RECORD "
+                        f"({recorded.get(info.filename)} recorded, {actual} read): the wheel is damaged. "
+                        "Fix: download the base wheel again"
+                    )
+                stand_in = zipfile.ZipInfo(info.filename, info.date_time)
+                stand_in.external_attr = info.external_attr  # setup.py chmods what it extracts from this
+                stand_in.compress_type = zipfile.ZIP_STORED
+                stub.writestr(stand_in, _placeholder(info.filename, info, actual))
+                replaced += 1
+                replaced_bytes += info.file_size
+    os.replace(tmp, dest)
+    return {"replaced": replaced, "replaced_bytes": replaced_bytes}
+
+
+def _sha256_file(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(_CHUNK), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def stub_for(base_wheel: str, cache_dir: str, min_size: Optional[int] = None) -> str:
+    """The stub of `base_wheel`, made once per wheel content under `cache_dir/<sha256[:16]>/`.
+
+    Keeps the base wheel's file name (vLLM's setup.py only opens it, but a name that says what it is
+    helps a person reading the build log). Safe to share between builds: written under a temporary
+    name, and complete once its stamp exists.
+    """
+    min_size = MIN_SIZE if min_size is None else min_size
+    digest = _sha256_file(base_wheel)
+    directory = os.path.join(cache_dir, f"{digest[:16]}-{min_size}")
+    stub = os.path.join(directory, os.path.basename(base_wheel))
+    stamp = os.path.join(directory, _STAMP)
+    if os.path.isfile(stub) and os.path.isfile(stamp):
+        return stub
+    os.makedirs(directory, exist_ok=True)
+    counts = make_stub(base_wheel, stub, min_size)
+    with open(stamp + ".part", "w", encoding="utf-8") as handle:
+        json.dump(dict(counts, base_sha256=digest, min_size=min_size), handle)
+    os.replace(stamp + ".part", stamp)
+    return stub
+
+
+# Where a member's data starts: after its local header, whose name and extra lengths can differ from the
+# central directory's (zipfile reads them the same way in ZipFile.open).
+_LOCAL_HEADER = struct.Struct("<4s2B4HL2L2H")
+
+
+def _data_offset(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> int:
+    handle = archive.fp
+    assert handle is not None
+    handle.seek(info.header_offset)
+    fields = _LOCAL_HEADER.unpack(handle.read(_LOCAL_HEADER.size))
+    if fields[0] != b"PK\x03\x04":
+        raise OverlayError(f"{archive.filename}: bad local header for {info.filename}; the wheel is damaged")
+    return info.header_offset + _LOCAL_HEADER.size + fields[10] + fields[11]
+
+
+def _copy_raw(source: zipfile.ZipFile, info: zipfile.ZipInfo, out: zipfile.ZipFile, name: Optional[str] = None) -> None:
+    """Append `info` of `source` to `out` as stored bytes: no inflating, no deflating.
+
+    zipfile has no public raw copy; this writes the local header with ZipInfo.FileHeader and registers
+    the entry the way ZipFile.write does, so close() writes a central directory that covers it.
+    """
+    entry = zipfile.ZipInfo(name or info.filename, info.date_time)
+    entry.compress_type = info.compress_type
+    entry.external_attr = info.external_attr
+    entry.create_system = info.create_system
+    entry.flag_bits = info.flag_bits & 0x800  # keep "UTF-8 name"; sizes go in the header, no data descriptor
+    entry.CRC = info.CRC
+    entry.compress_size = info.compress_size
+    entry.file_size = info.file_size
+    zip64 = entry.file_size > zipfile.ZIP64_LIMIT or entry.compress_size > zipfile.ZIP64_LIMIT
+    start = _data_offset(source, info)
+    handle = out.fp
+    assert handle is not None and source.fp is not None
+    entry.header_offset = handle.tell()
+    handle.write(entry.FileHeader(zip64))
+    source.fp.seek(start)
+    remaining = info.compress_size
+    while remaining:
+        chunk = source.fp.read(min(_CHUNK, remaining))
+        if not chunk:
+            raise OverlayError(f"{source.filename} ends inside {info.filename}; the wheel is damaged")
+        handle.write(chunk)
+        remaining -= len(chunk)
+    out.filelist.append(entry)
+    out.NameToInfo[entry.filename] = entry
+    out.start_dir = handle.tell()
+
+
+def overlay(built_wheel: str, base_wheel: str, dest: str) -> Dict[str, Any]:
+    """Write `dest` from `built_wheel` (made from a stub), with each placeholder swapped for `base_wheel`'s member.
+
+    Raises OverlayError when a placeholder sits under another member's name, names a member the base
+    wheel lacks or holds differently (the base wheel changed since its stub was made), or when RECORD
+    does not list a swapped member. Returns counts.
+    """
+    try:
+        return _overlay(built_wheel, base_wheel, dest)
+    except zipfile.BadZipFile as exc:
+        raise OverlayError(f"{built_wheel} or {base_wheel} is not a readable wheel ({exc})") from exc
+
+
+def _overlay(built_wheel: str, base_wheel: str, dest: str) -> Dict[str, Any]:
+    swapped = 0
+    swapped_bytes = 0
+    tmp = dest + ".part"
+    with zipfile.ZipFile(built_wheel) as built, zipfile.ZipFile(base_wheel) as base:
+        record_name, rows = _read_record(built)
+        placeholders: Dict[str, Dict[str, Any]] = {}
+        limit = len(PLACEHOLDER_MAGIC) + 4096
+        for info in built.infolist():
+            if info.file_size <= limit and not info.is_dir():
+                found = _parse_placeholder(built.read(info))
+                if found is not None:
+                    if found.get("name") != info.filename:
+                        raise OverlayError(
+                            f"{built_wheel}: {info.filename} holds the placeholder of {found.get('name')}; the build "
+                            "moved a precompiled member. Fix: build without the overlay (plain VLLM_USE_PRECOMPILED)"
+                        )
+                    placeholders[info.filename] = found
+        lines = {row[0]: index for index, row in enumerate(rows)}
+        for name, found in placeholders.items():
+            try:
+                original = base.getinfo(name)
+            except KeyError:
+                raise OverlayError(
+                    f"{base_wheel} has no {name} for its placeholder; the stub is of another wheel. "
+                    "Fix: remove the stub cache"
+                ) from None
+            if (original.file_size, original.CRC) != (found["size"], found["crc"]):
+                raise OverlayError(
+                    f"{name} in {base_wheel} changed since its stub was made. Fix: remove the stub cache"
+                )
+            if name not in lines:
+                raise OverlayError(f"{built_wheel}'s RECORD does not list {name}; the wheel is not complete")
+            rows[lines[name]] = [name, found["hash"], str(found["size"])]
+        try:
+            with zipfile.ZipFile(tmp, "w") as out:
+                for info in built.infolist():
+                    if info.filename == record_name:
+                        continue
+                    if info.filename in placeholders:
+                        _copy_raw(base, base.getinfo(info.filename), out)
+                        swapped += 1
+                        swapped_bytes += placeholders[info.filename]["size"]
+                    else:
+                        _copy_raw(built, info, out)
+                record = built.getinfo(record_name)
+                entry = zipfile.ZipInfo(record_name, record.date_time)
+                entry.external_attr = record.external_attr
+                entry.compress_type = zipfile.ZIP_DEFLATED
+                out.writestr(entry, _write_record(rows))
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+    os.replace(tmp, dest)
+    return {"swapped": swapped, "swapped_bytes": swapped_bytes, "members": len(rows)}

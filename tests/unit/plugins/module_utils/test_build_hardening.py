@@ -1,0 +1,184 @@
+"""Bad input and hostile conditions (issue 14): what serves is never removed, secrets are never recorded,
+debris goes, and every refusal names the cause and the fix."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from ansible_collections.vllm_ops.dflash.plugins.module_utils import _build
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._build import BuildError, BuildOptions, build
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._lock import host_lock
+from ansible_collections.vllm_ops.dflash.tests.helpers.tiny_repo import installed_version, make_tiny_repo, wheelhouse
+
+SLOW = pytest.mark.slow_build
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    path = tmp_path_factory.mktemp("hardening-repo") / "repo"
+    return path, make_tiny_repo(path)
+
+
+@pytest.fixture(scope="module")
+def pip_args():
+    house = wheelhouse()
+    if house is None:
+        pytest.skip("could not download setuptools/setuptools-scm from PyPI into .cache/wheelhouse")
+    return ["--no-index", "--find-links", str(house)]
+
+
+@pytest.fixture(scope="module")
+def built(tiny, pip_args, tmp_path_factory):
+    """One full build of main: its wheel lets the other tests make releases by installing it (fast)."""
+    root = tmp_path_factory.mktemp("hardening-build") / "root"
+    return build(BuildOptions(str(tiny[0]), "main", root=str(root), python=sys.executable, pip_args=pip_args))
+
+
+def _options(tiny, root: Path, pip_args, **kwargs) -> BuildOptions:
+    return BuildOptions(str(tiny[0]), "main", root=str(root), python=sys.executable, pip_args=pip_args, **kwargs)
+
+
+def _serve(root: Path, name: str) -> None:
+    os.symlink(f"releases/{name}", root / "current")
+
+
+@SLOW
+@pytest.mark.parametrize("damage", ["missing", "corrupt", "not-an-object"])
+def test_the_release_current_names_is_built_beside_and_swapped_never_removed(tiny, pip_args, built, tmp_path, damage):
+    root = tmp_path / "root"
+    opts = _options(tiny, root, pip_args, wheel=built["wheel"], precompiled="never")
+    first = build(opts)
+    _serve(root, first["release_name"])
+    manifest = Path(first["release"], "manifest.json")
+    if damage == "missing":
+        manifest.unlink()
+    else:
+        manifest.write_text("{not json" if damage == "corrupt" else "[1, 2]")
+    serving_python = root / "current" / "venv" / "bin" / "python"
+    marker = Path(first["release"], "venv", "served-before")
+    marker.write_text("the venv that serves")
+
+    predicted = build(opts, check_mode=True)
+    assert predicted["changed"] is True and "beside the incomplete release `current` names" in predicted["msg"]
+
+    gone = []
+    stop = threading.Event()
+
+    def watch() -> None:  # what a restart of the service would find, all along the rebuild
+        while not stop.wait(0.05):
+            if not serving_python.exists():
+                gone.append("current/venv/bin/python")
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        again = build(opts)
+    finally:
+        stop.set()
+        watcher.join()
+    assert gone == []  # before: the serving venv vanished for the length of the rebuild
+    assert (again["changed"], again["release_name"]) == (True, first["release_name"])
+    assert json.loads(manifest.read_text())["name"] == first["release_name"]
+    assert not marker.exists()  # the new venv took its place
+    venv = Path(first["release"], "venv")
+    assert installed_version(str(root / "current" / "venv")) == json.loads(manifest.read_text())["version"]
+    # the swapped-in venv's scripts name its final place, not where it was built
+    pip_script = (venv / "bin" / "pip").read_text()
+    assert str(venv) in pip_script and _build.STAGING_PREFIX not in pip_script
+    assert not [name for name in os.listdir(root / "releases") if name.startswith(".")]
+    assert build(opts)["changed"] is False
+
+
+@SLOW
+def test_a_failed_rebuild_of_the_serving_release_leaves_it_as_it_was(tiny, pip_args, built, tmp_path, monkeypatch):
+    root = tmp_path / "root"
+    opts = _options(tiny, root, pip_args, wheel=built["wheel"], precompiled="never")
+    first = build(opts)
+    _serve(root, first["release_name"])
+    Path(first["release"], "manifest.json").unlink()
+    before = sorted(str(p.relative_to(root)) for p in (root / "releases").rglob("*"))
+
+    def broken_install(self, wheel):
+        raise BuildError("installing the wheel failed with exit code 1")
+
+    monkeypatch.setattr(_build._Builder, "install", broken_install)
+    with pytest.raises(BuildError, match="installing the wheel failed") as info:
+        build(opts)
+    assert "remove" not in str(info.value).split("Full log:")[0]
+    assert sorted(str(p.relative_to(root)) for p in (root / "releases").rglob("*")) == before
+    assert (root / "current" / "venv" / "bin" / "python").exists()
+
+
+@SLOW
+def test_secrets_in_pip_args_build_env_and_the_wheel_url_are_recorded_nowhere(tiny, pip_args, built, tmp_path):
+    root = tmp_path / "root"
+    secrets = ["s3cr3t-index-token", "hf_s3cr3t_value"]
+    args = [*pip_args, "--extra-index-url", f"https://__token__:{secrets[0]}@127.0.0.1:9/simple"]
+    env = {"HF_TOKEN": secrets[1], "WANDB_APIKEY": secrets[1], "MAX_JOBS": "1"}
+    opts = _options(tiny, root, args, wheel=built["wheel"], build_env=env, precompiled="never")
+    result = build(opts)
+    texts = {"result": json.dumps(result)}
+    texts["manifest"] = Path(result["release"], "manifest.json").read_text()
+    texts["log"] = Path(result["log_path"]).read_text()
+    texts["status"] = (root / "build-status.json").read_text()
+    for where, text in texts.items():
+        for secret in secrets:
+            assert secret not in text, (where, secret)
+    manifest = json.loads(texts["manifest"])
+    assert manifest["inputs"]["build_env"] == {"HF_TOKEN": "********", "WANDB_APIKEY": "********", "MAX_JOBS": "1"}
+    assert "https://127.0.0.1:9/simple" in manifest["inputs"]["pip_args"]
+
+
+def test_a_ref_with_a_newline_or_nul_is_refused_before_anything_is_written(tiny, tmp_path):
+    for ref in ("main\n", "ma\x00in"):
+        with pytest.raises(BuildError, match="contains a control character") as info:
+            build(BuildOptions(str(tiny[0]), ref, root=str(tmp_path / "root"), python=sys.executable))
+        assert "Fix:" in str(info.value)
+    assert not (tmp_path / "root").exists()
+
+
+def test_a_held_lock_names_the_option_vllm_build_has(tiny, tmp_path):
+    root = tmp_path / "root"
+    opts = BuildOptions(str(tiny[0]), "main", root=str(root), python=sys.executable, build_timeout=5)
+    with host_lock(str(root)), pytest.raises(BuildError) as info:
+        build(opts)
+    message = str(info.value)
+    assert f"process {os.getpid()}" in message and "raise build_timeout" in message
+    assert "lock timeout" not in message  # before: an option vllm_build does not have
+
+
+def test_a_full_disk_says_no_space_left_on_device(tiny, pip_args, tmp_path):
+    """The venv step of a full disk (python -m venv fails with ENOSPC): the message names the cause."""
+    fake = tmp_path / "python-on-a-full-disk"
+    fake.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = "-m" ]; then echo "OSError: [Errno 28] No space left on device: \'$3\'" >&2; exit 1; fi\n'
+        f'exec {sys.executable} "$@"\n'
+    )
+    fake.chmod(0o755)
+    root = tmp_path / "root"
+    opts = BuildOptions(str(tiny[0]), "main", root=str(root), python=str(fake), pip_args=pip_args)
+    with pytest.raises(BuildError) as info:
+        build(opts)
+    message = str(info.value)
+    assert "creating the venv failed with exit code 1; no space left on device" in message
+    assert "Fix: free space there" in message
+
+
+def test_debris_of_killed_builds_goes_at_the_next_build(tiny, pip_args, built, tmp_path):
+    root = tmp_path / "root"
+    killed = root / "build" / "0123456789ab-deadbeef" / "tmp" / "pip-build-env-x1y2"
+    killed.mkdir(parents=True)
+    (killed / "torch.so").write_text("gigabytes")
+    staged = root / "releases" / f"{_build.STAGING_PREFIX}0123456789ab-deadbeef"
+    staged.mkdir(parents=True)
+    build(_options(tiny, root, pip_args, wheel=built["wheel"], precompiled="never"))
+    assert os.listdir(root / "build") == []
+    assert not staged.exists()
+    shutil.rmtree(root)

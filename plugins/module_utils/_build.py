@@ -492,10 +492,17 @@ def _remove_debris(root: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         for name in os.listdir(os.path.join(root, "build")):
             shutil.rmtree(os.path.join(root, "build", name), ignore_errors=True)
+    releases = os.path.join(root, "releases")
     with contextlib.suppress(FileNotFoundError):
-        for name in os.listdir(os.path.join(root, "releases")):
-            if name.startswith(STAGING_PREFIX):
-                shutil.rmtree(os.path.join(root, "releases", name), ignore_errors=True)
+        for name in sorted(os.listdir(releases)):
+            staged = os.path.join(releases, name)
+            final = os.path.join(releases, name[len(STAGING_PREFIX) :])
+            if not name.startswith(STAGING_PREFIX):
+                continue
+            if not os.path.lexists(final) and os.path.isfile(os.path.join(staged, "manifest.json")):
+                os.rename(staged, final)  # killed between the two renames of a swap: finish it
+            else:
+                shutil.rmtree(staged, ignore_errors=True)
 
 
 def _relocate_venv(venv: str, old: str, new: str) -> None:

@@ -171,6 +171,7 @@ def test_a_full_disk_says_no_space_left_on_device(tiny, pip_args, tmp_path):
     assert "Fix: free space there" in message
 
 
+@SLOW
 def test_debris_of_killed_builds_goes_at_the_next_build(tiny, pip_args, built, tmp_path):
     root = tmp_path / "root"
     killed = root / "build" / "0123456789ab-deadbeef" / "tmp" / "pip-build-env-x1y2"
@@ -178,9 +179,14 @@ def test_debris_of_killed_builds_goes_at_the_next_build(tiny, pip_args, built, t
     (killed / "torch.so").write_text("gigabytes")
     staged = root / "releases" / f"{_build.STAGING_PREFIX}0123456789ab-deadbeef"
     staged.mkdir(parents=True)
+    # killed between the two renames of a swap: the old one moved away, the complete new one not yet in place
+    swapped = root / "releases" / f"{_build.STAGING_PREFIX}fedcba987654-deadbeef"
+    swapped.mkdir(parents=True)
+    (swapped / "manifest.json").write_text("{}")
     build(_options(tiny, root, pip_args, wheel=built["wheel"], precompiled="never"))
     assert os.listdir(root / "build") == []
     assert not staged.exists()
+    assert (root / "releases" / "fedcba987654-deadbeef" / "manifest.json").is_file()
     shutil.rmtree(root)
 
 

@@ -86,9 +86,9 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._precompiled impor
     base_label,
     base_unusable,
     compiled_from_its_sources,
-    decide,
     decide_against,
-    needs_git,
+    decide_options,
+    options_need_git,
     parse_base,
     predict_decision,
     wheel_decision,
@@ -822,8 +822,8 @@ def _plan(
     decision = wheel_decision(opts)
     need_source = not opts.wheel
     name = None
-    if decision is None and not needs_git(opts.precompiled, opts.precompiled_wheel):
-        decision = decide(opts.precompiled, opts.precompiled_wheel)
+    if decision is None and not options_need_git(opts):
+        decision = decide_options(opts, inputs)  # the wheel must fit the build's python
     if decision is not None:
         name = _named(commit, inputs, decision.use)[1]
         need_source = need_source and _single_wheel(os.path.join(opts.root, "wheels", name)) is None

@@ -111,6 +111,19 @@ EXAMPLES = r"""
     precompiled_base: https://github.com/vllm-project/vllm.git#main
     precompiled_wheel: https://wheels.vllm.ai/{merge_base}/vllm-1.0.0.dev-cp38-abi3-manylinux1_x86_64.whl
 
+- name: A Python-only fork ref on the libraries of the 0.26.0 release wheel (its commit is read from the wheel)
+  vllm_ops.dflash.vllm_build:
+    repo: /srv/git/vllm-fork.git
+    ref: dflash-fixes
+    precompiled_wheel: /srv/wheels/vllm-0.26.0-cp38-abi3-manylinux1_x86_64.whl
+
+- name: A base wheel that does not name its commit
+  vllm_ops.dflash.vllm_build:
+    repo: /srv/git/vllm-fork.git
+    ref: dflash-fixes
+    precompiled_wheel: /srv/wheels/vllm-0.26.1.dev3-cp312-cp312-linux_x86_64.whl  # built from an sdist: no +g<hash>
+    precompiled_wheel_commit: 21f89d6d1
+
 - name: Air-gapped host - build requirements and dependencies come from a local wheelhouse
   vllm_ops.dflash.vllm_build:
     repo: /srv/git/vllm.git
@@ -192,11 +205,15 @@ precompiled:
   returned: always
   type: bool
 precompiled_reason:
-  description: Why, in one sentence (files changed since the merge-base, which compiled ones, which base wheel).
+  description:
+    - Why, in one sentence - how many files changed since the base wheel's commit (and where that commit came
+      from), which of them are compiled paths, which base wheel. C(manifest.json) C(precompiled_details) has the
+      same as fields (C(commit), C(wheel_commit), C(merge_base), C(compiled_changed)).
   returned: always
   type: str
-  sample: "12 files changed since merge-base 3cfc8f8b7a1b with main, none under csrc/ cmake/ CMakeLists.txt setup.py
-    requirements/: precompiled from the wheel of release 3cfc8f8b7a1b-1a2b3c4d (same compiled sources)"
+  sample: "12 files changed since the base wheel's commit f2654939e0b1 (tag v0.26.0, of the wheel's version
+    vllm-0.26.0-cp38-abi3-manylinux1_x86_64.whl), none under vLLM's compiled paths: precompiled (base wheel
+    /srv/wheels/vllm-0.26.0-cp38-abi3-manylinux1_x86_64.whl)"
 max_jobs:
   description: C(MAX_JOBS) of the build (derived or given; see C(manifest.json) C(max_jobs.source)). Null in check mode.
   returned: always

@@ -22,7 +22,7 @@ import json
 import os
 import shutil
 import time
-from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_host import (
     cache_env,
@@ -86,9 +86,9 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._precompiled impor
     base_label,
     base_unusable,
     compiled_from_its_sources,
-    decide,
     decide_against,
-    needs_git,
+    decide_options,
+    options_need_git,
     parse_base,
     predict_decision,
     wheel_decision,
@@ -485,6 +485,7 @@ class _Plan:
         self.digest, self.name = _named(self.commit, inputs, decision.use)
         self.max_jobs = dict(max_jobs)
         self.added_env = dict(added_env)
+        self.existing: Optional[Dict[str, Any]] = None  # the manifest, when the release exists already
 
 
 def _scrub_file(path: str, secrets: List[str]) -> None:
@@ -530,10 +531,17 @@ def _remove_debris(root: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         for name in os.listdir(os.path.join(root, "build")):
             shutil.rmtree(os.path.join(root, "build", name), ignore_errors=True)
+    releases = os.path.join(root, "releases")
     with contextlib.suppress(FileNotFoundError):
-        for name in os.listdir(os.path.join(root, "releases")):
-            if name.startswith(STAGING_PREFIX):
-                shutil.rmtree(os.path.join(root, "releases", name), ignore_errors=True)
+        for name in sorted(os.listdir(releases)):
+            staged = os.path.join(releases, name)
+            final = os.path.join(releases, name[len(STAGING_PREFIX) :])
+            if not name.startswith(STAGING_PREFIX):
+                continue
+            if not os.path.lexists(final) and os.path.isfile(os.path.join(staged, "manifest.json")):
+                os.rename(staged, final)  # killed between the two renames of a swap: finish it
+            else:
+                shutil.rmtree(staged, ignore_errors=True)
 
 
 def _relocate_venv(venv: str, old: str, new: str) -> None:
@@ -658,6 +666,7 @@ def _make_release(opts: BuildOptions, builder: _Builder, plan: _Plan) -> Dict[st
 def _result(
     opts: BuildOptions,
     resolution: Resolution,
+    *,
     name: Optional[str],
     digest: str,
     started: float,
@@ -769,17 +778,23 @@ def _build(opts: BuildOptions, check_mode: bool, started: float, status: StatusF
         found = _existing(opts, resolution.commit, inputs)
         if found is not None:
             name, digest, manifest = found
-            return _result(opts, resolution, name, digest, started, False, False, manifest, f"{name} exists")
+            return _exists(opts, resolution, name, digest, started, manifest)
     if check_mode:
         if not resolution.commit:
             msg = f"would fetch {redact_url(repo)} to resolve the short SHA {opts.ref!r}, then build"
-            return _result(opts, resolution, None, inputs_hash(inputs), started, True, False, None, msg)
+            return _result(
+                opts, resolution, name=None, digest=inputs_hash(inputs), started=started, changed=True,
+                built=False, manifest=None, msg=msg,
+            )  # fmt: skip
         decision = predict_decision(opts, repo, mirror, resolution.commit, inputs)
         digest, name = _named(resolution.commit, inputs, decision.use)
         msg = f"would build {name}"
         if _serving(opts.root) == name and os.path.lexists(os.path.join(opts.root, "releases", name)):
             msg += " beside the incomplete release `current` names (no valid manifest.json), then swap it in"
-        return _result(opts, resolution, name, digest, started, True, False, None, msg, decision=decision)
+        return _result(
+            opts, resolution, name=name, digest=digest, started=started, changed=True, built=False, manifest=None,
+            msg=msg, decision=decision,
+        )  # fmt: skip
 
     lock = contextlib.ExitStack()
     try:
@@ -800,10 +815,10 @@ def _build(opts: BuildOptions, check_mode: bool, started: float, status: StatusF
         found = _existing(opts, resolution.commit, inputs)  # built by whoever held the lock before us
         if found is not None:
             name, digest, manifest = found
-            return _result(opts, resolution, name, digest, started, False, False, manifest, f"{name} exists")
-        plan = _plan(opts, resolution, repo, mirror, inputs, installer, deadline, status, started)
-        if isinstance(plan, dict):
-            return plan
+            return _exists(opts, resolution, name, digest, started, manifest)
+        plan = _plan(opts, resolution, repo, mirror, inputs, installer, deadline, status)
+        if plan.existing is not None:
+            return _exists(opts, resolution, plan.name, plan.digest, started, plan.existing)
         # Never remove or rebuild in place what serves: a release `current` names without a valid
         # manifest is built beside and swapped in.
         beside = _serving(opts.root) == plan.name and os.path.lexists(os.path.join(opts.root, "releases", plan.name))
@@ -812,10 +827,20 @@ def _build(opts: BuildOptions, check_mode: bool, started: float, status: StatusF
         builder = _Builder(opts, paths, deadline, installer, python, status, plan.added_env)
         manifest = _make_release(opts, builder, plan)
         pruned = prune_after_build(opts.root, opts.keep_releases, plan.name)
-    built = manifest["source"] == "build"
     return _result(
-        opts, resolution, plan.name, plan.digest, started, True, built, manifest, f"built {plan.name}", pruned
-    )
+        opts, resolution, name=plan.name, digest=plan.digest, started=started, changed=True,
+        built=manifest["source"] == "build", manifest=manifest, msg=f"built {plan.name}", pruned=pruned,
+    )  # fmt: skip
+
+
+def _exists(
+    opts: BuildOptions, resolution: Resolution, name: str, digest: str, started: float, manifest: Mapping[str, Any]
+) -> Dict[str, Any]:
+    """The result when the release is there already (nothing changed)."""
+    return _result(
+        opts, resolution, name=name, digest=digest, started=started, changed=False, built=False, manifest=manifest,
+        msg=f"{name} exists",
+    )  # fmt: skip
 
 
 def _plan(
@@ -827,18 +852,17 @@ def _plan(
     installer: Installer,
     deadline: Deadline,
     status: StatusFile,
-    started: float,
-) -> Union[_Plan, Dict[str, Any]]:
+) -> _Plan:
     """Fetch what the decision and the build need, decide, and name the release (under the host lock).
 
-    Returns a _Plan, or the result dict when the decided release turns out to exist already.
+    The plan's `existing` is the manifest when the decided release turns out to exist already.
     """
     commit = resolution.commit or ""
     decision = wheel_decision(opts)
     need_source = not opts.wheel
     name = None
-    if decision is None and not needs_git(opts.precompiled, opts.precompiled_wheel):
-        decision = decide(opts.precompiled, opts.precompiled_wheel)
+    if decision is None and not options_need_git(opts):
+        decision = decide_options(opts, inputs)  # the wheel must fit the build's python
     if decision is not None:
         name = _named(commit, inputs, decision.use)[1]
         need_source = need_source and _single_wheel(os.path.join(opts.root, "wheels", name)) is None
@@ -860,8 +884,8 @@ def _plan(
         manifest = _read_manifest(os.path.join(opts.root, "releases", plan.name))
         if manifest is not None:  # e.g. made by `always` and found again by auto's own decision
             os.unlink(log)
-            msg = f"{plan.name} exists"
-            return _result(opts, resolution, plan.name, plan.digest, started, False, False, manifest, msg)
+            plan.existing = manifest
+            return plan
         final = _log_path(opts.root, plan.name)
         os.replace(log, final)  # the fetch's output opens the release's build log
         status.data["log_path"] = final

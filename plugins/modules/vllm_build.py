@@ -14,10 +14,12 @@ description:
     O(system_site_packages), O(pip_args), the torch version the build compiles against when it is knowable,
     C(TORCH_CUDA_ARCH_LIST) and the precompiled decision). The same commit built with the same inputs always maps
     to the same release, so a re-run is a path lookup and does nothing, and a fleet builds each release once.
-  - The torch version is an input only with O(build_isolation=false), read from the interpreter O(python) (with
-    O(system_site_packages), what the release venv sees). With build isolation the commit's own build requirements
-    pin torch, and the commit is already in the name. C(TORCH_CUDA_ARCH_LIST) comes from O(build_env), else from
-    the module's environment; unset, vLLM compiles for the GPUs of the building host, so set it for a mixed fleet.
+  - The torch version is an input only with O(build_isolation=false) and O(system_site_packages) - the torch of
+    the interpreter O(python), which the release venv then sees. Otherwise the commit's own build requirements pin
+    torch (installed into the release venv first when O(build_isolation=false)), and the commit is already in the
+    name; C(manifest.json) records the venv's torch as C(build_torch). C(TORCH_CUDA_ARCH_LIST) comes from
+    O(build_env), else from the module's environment; unset, vLLM compiles for the GPUs of the building host, so
+    set it for a mixed fleet.
   - The ref is resolved with C(git ls-remote) first (no fetch). The source is fetched into a bare mirror
     O(root)C(/src/<repo>.git) with full history and all tags (never shallow, the version
     C(0.1.devN+g<hash>) depends on it) only when a build is needed or O(ref) is a short SHA. A branch bump is a
@@ -26,13 +28,18 @@ description:
   - Caches under O(root)C(/cache/) - the installer's (C(PIP_CACHE_DIR) or C(UV_CACHE_DIR)), and C(CCACHE_DIR) /
     C(SCCACHE_DIR) when ccache or sccache is on PATH (vLLM's setup.py uses them by itself). C(MAX_JOBS), unless
     set in O(build_env) or the environment, is min(CPUs, available memory / 4 GiB), at least 1, because vLLM builds
-    with one job per CPU run out of memory. None of these is a build input; the manifest records them.
+    with one job per CPU run out of memory. None of these is a build input; the manifest records them. With uv,
+    releases install by hardlink from O(root)C(/cache/uv) (C(UV_LINK_MODE=hardlink)), so they share packages.
+  - C(TMPDIR) of every step is O(root)C(/build/<name>/tmp), removed with the checkout, and each build first
+    removes what builds that were killed left under O(root)C(/build/).
   - While it runs, the module keeps O(root)C(/build-status.json) up to date - stage (C(resolve), C(fetch),
     C(build), C(install), then C(done) or C(failed)), O(run_id), elapsed seconds, the last line of the build log
     - so a person, or the C(vllm_install) role's poll loop, can follow a long build.
   - A release is complete only when its C(manifest.json) exists; the module writes it last. On any failure
     (timeout, compile error, install error) the half release and the build checkout are removed, the build
     log under O(root)C(/logs/) is kept, and the error names the log and shows its last lines.
+  - It never deletes or rebuilds in place the release O(root)C(/current) names. One whose C(manifest.json) is
+    missing or corrupt is built beside it (O(root)C(/releases/.building-<name>)) and swapped in when complete.
   - O(build_timeout) is one deadline for fetch, checkout, venv creation, wheel build and install. On expiry the
     whole process group of the running step (pip, cmake, ninja, nvcc ...) gets SIGTERM, then SIGKILL after a
     grace period. If the module itself is killed (for example by an C(async) timeout) a watchdog process
@@ -110,6 +117,19 @@ EXAMPLES = r"""
     precompiled: auto
     precompiled_base: https://github.com/vllm-project/vllm.git#main
     precompiled_wheel: https://wheels.vllm.ai/{merge_base}/vllm-1.0.0.dev-cp38-abi3-manylinux1_x86_64.whl
+
+- name: A Python-only fork ref on the libraries of the 0.26.0 release wheel (its commit is read from the wheel)
+  vllm_ops.dflash.vllm_build:
+    repo: /srv/git/vllm-fork.git
+    ref: dflash-fixes
+    precompiled_wheel: /srv/wheels/vllm-0.26.0-cp38-abi3-manylinux1_x86_64.whl
+
+- name: A base wheel that does not name its commit
+  vllm_ops.dflash.vllm_build:
+    repo: /srv/git/vllm-fork.git
+    ref: dflash-fixes
+    precompiled_wheel: /srv/wheels/vllm-0.26.1.dev3-cp312-cp312-linux_x86_64.whl  # built from an sdist: no +g<hash>
+    precompiled_wheel_commit: 21f89d6d1
 
 - name: Air-gapped host - build requirements and dependencies come from a local wheelhouse
   vllm_ops.dflash.vllm_build:
@@ -192,11 +212,15 @@ precompiled:
   returned: always
   type: bool
 precompiled_reason:
-  description: Why, in one sentence (files changed since the merge-base, which compiled ones, which base wheel).
+  description:
+    - Why, in one sentence - how many files changed since the base wheel's commit (and where that commit came
+      from), which of them are compiled paths, which base wheel. C(manifest.json) C(precompiled_details) has the
+      same as fields (C(commit), C(wheel_commit), C(merge_base), C(compiled_changed)).
   returned: always
   type: str
-  sample: "12 files changed since merge-base 3cfc8f8b7a1b with main, none under csrc/ cmake/ CMakeLists.txt setup.py
-    requirements/: precompiled from the wheel of release 3cfc8f8b7a1b-1a2b3c4d (same compiled sources)"
+  sample: "12 files changed since the base wheel's commit f2654939e0b1 (tag v0.26.0, of the wheel's version
+    vllm-0.26.0-cp38-abi3-manylinux1_x86_64.whl), none under vLLM's compiled paths: precompiled (base wheel
+    /srv/wheels/vllm-0.26.0-cp38-abi3-manylinux1_x86_64.whl)"
 max_jobs:
   description: C(MAX_JOBS) of the build (derived or given; see C(manifest.json) C(max_jobs.source)). Null in check mode.
   returned: always

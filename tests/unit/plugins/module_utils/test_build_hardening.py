@@ -171,6 +171,7 @@ def test_a_full_disk_says_no_space_left_on_device(tiny, pip_args, tmp_path):
     assert "Fix: free space there" in message
 
 
+@SLOW
 def test_debris_of_killed_builds_goes_at_the_next_build(tiny, pip_args, built, tmp_path):
     root = tmp_path / "root"
     killed = root / "build" / "0123456789ab-deadbeef" / "tmp" / "pip-build-env-x1y2"
@@ -178,7 +179,63 @@ def test_debris_of_killed_builds_goes_at_the_next_build(tiny, pip_args, built, t
     (killed / "torch.so").write_text("gigabytes")
     staged = root / "releases" / f"{_build.STAGING_PREFIX}0123456789ab-deadbeef"
     staged.mkdir(parents=True)
+    # killed between the two renames of a swap: the old one moved away, the complete new one not yet in place
+    swapped = root / "releases" / f"{_build.STAGING_PREFIX}fedcba987654-deadbeef"
+    swapped.mkdir(parents=True)
+    (swapped / "manifest.json").write_text("{}")
     build(_options(tiny, root, pip_args, wheel=built["wheel"], precompiled="never"))
     assert os.listdir(root / "build") == []
     assert not staged.exists()
+    assert (root / "releases" / "fedcba987654-deadbeef" / "manifest.json").is_file()
     shutil.rmtree(root)
+
+
+def _wheel_needing_pyyaml(directory: Path) -> Path:
+    """A pure-Python wheel of tinypkg that depends on PyYAML (in the test wheelhouse), as vLLM on torch."""
+    import base64
+    import hashlib
+    import zipfile
+
+    version = "9.9.9"
+    files = {
+        "tinypkg/__init__.py": "STEP = 'from a wheel'\n",
+        f"tinypkg-{version}.dist-info/METADATA": (
+            f"Metadata-Version: 2.1\nName: tinypkg\nVersion: {version}\nRequires-Dist: PyYAML\n"
+        ),
+        f"tinypkg-{version}.dist-info/WHEEL": "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = []
+    for name, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+        record.append(f"{name},sha256={digest},{len(text.encode())}")
+    files[f"tinypkg-{version}.dist-info/RECORD"] = "\n".join([*record, f"tinypkg-{version}.dist-info/RECORD,,"]) + "\n"
+    path = directory / f"tinypkg-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, text in files.items():
+            archive.writestr(name, text)
+    return path
+
+
+@SLOW
+def test_uv_releases_share_one_copy_of_each_package(tiny, pip_args, tmp_path, monkeypatch):
+    """uv installs by hardlink from <root>/cache/uv: three releases hold one copy of a dependency's files
+    (for vLLM: torch and the CUDA libraries, most of a release's 7.9 GB)."""
+    from ansible_collections.vllm_ops.dflash.tests.helpers.tiny_repo import uv_bin_dir
+
+    uv_dir = uv_bin_dir()
+    if uv_dir is None:
+        pytest.skip("could not pip-install uv from PyPI into .cache/uv")
+    monkeypatch.setenv("PATH", f"{uv_dir}{os.pathsep}{os.environ['PATH']}")
+    wheel = _wheel_needing_pyyaml(tmp_path)
+    root = tmp_path / "root"
+    inodes = set()
+    for mark in ("1", "2", "3"):  # three build inputs: three releases
+        opts = _options(tiny, root, pip_args, wheel=str(wheel), precompiled="never", build_env={"MARK": mark})
+        result = build(opts)
+        manifest = json.loads(Path(result["release"], "manifest.json").read_text())
+        assert manifest["inputs"]["installer"] == "uv"
+        assert manifest["added_env"]["UV_LINK_MODE"] == "hardlink"
+        assert manifest["added_env"]["UV_CACHE_DIR"] == str(root / "cache" / "uv")
+        (module,) = Path(result["release"], "venv").glob("lib/python*/site-packages/yaml/__init__.py")
+        inodes.add(module.stat().st_ino)
+    assert len(os.listdir(root / "releases")) == 3 and len(inodes) == 1

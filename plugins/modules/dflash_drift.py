@@ -14,7 +14,8 @@ description:
     options, the same lookup, in check mode). It must be built, be the C(current) one, and have a status in
     O(good_statuses) (the gate marks a release C(good)).
   - The files - every item of O(files) (what a role would template, rendered and hashed on the controller) must
-    be on disk with that sha256, and with that mode, owner and group where given.
+    be on disk with that sha256, or one its role recorded as written from the same input
+    (O(files[].input_sha256)), and with that mode, owner and group where given.
   - The inputs - every file recorded in O(recorded_inputs) must be unchanged.
   - The service - O(unit) must be enabled (or not, as O(unit_enabled) says) and O(health_url) must answer 200.
   - RV(unchanged) is V(true) only when all of it holds; RV(reasons) says what differs. The module never reports
@@ -54,6 +55,20 @@ options:
       group:
         description: Group the deploy would set.
         type: str
+      input_sha256:
+        description:
+          - For a file the role writes from an input it transforms on the host first (the serve config, whose
+            speculative config M(vllm_ops.dflash.dflash_preflight) normalises), the sha256 of that input as the
+            controller renders it. With O(files[].input_record).
+          - The file then also counts as unchanged when O(files[].input_record) maps this input to the file's
+            current sha256; a file edited since, or written from another input, still differs.
+        type: str
+      input_record:
+        description:
+          - Absolute path of the JSON record the role wrote on the host next to the file, C({"input_sha256",
+            "sha256"}). A missing or unreadable record proves nothing (the file differs unless O(files[].sha256)
+            matches).
+        type: path
   recorded_inputs:
     description:
       - JSON records a deploy wrote on the host, each an object whose C(files) maps a path to its sha256 - for
@@ -186,6 +201,8 @@ def main() -> None:
                     "mode": {"type": "str"},
                     "owner": {"type": "str"},
                     "group": {"type": "str"},
+                    "input_sha256": {"type": "str"},
+                    "input_record": {"type": "path"},
                 },
             },
             "health_url": {"type": "str"},

@@ -5,15 +5,25 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: dflash_preflight
-short_description: Check a DFlash speculative config and its drafter against the installed vLLM
+short_description: Check a serve config, its DFlash speculative config and drafter against the installed vLLM
 version_added: 0.1.0
 description:
-  - Checks the C(speculative-config) of a C(vllm serve) config before the service is (re)started, and for
-    C(method=dflash) also the drafter's C(config.json) against what the installed vLLM can actually run.
-  - The speculative-config rules are those of vLLM 0.26.0 (C(vllm/config/speculative.py)) - an unknown method,
-    C(num_speculative_tokens) missing or not positive, C(tensor_parallel_size) inside the speculative config,
+  - Checks a C(vllm serve --config) mapping and its C(speculative-config) before any file or the service changes,
+    and for C(method=dflash) also the drafter's C(config.json), against what the installed vLLM can actually run.
+  - What vLLM accepts is what the installed vLLM answered itself, the C(capabilities) of
+    M(vllm_ops.dflash.vllm_facts) - speculative methods and their deprecated MTP aliases, rejection and draft
+    sample methods, C(SpeculativeConfig) fields (an unknown one is refused, naming close matches), registered
+    draft architectures (a drafter whose C(architectures) vLLM does not register is refused), attention
+    backends, and the flags of the C(vllm serve) parser (O(serve_config)).
+  - Without capabilities (the release's config could not be imported) or for a key the installed vLLM could not
+    read, the tables of the nearest older release in the collection's C(_vllm_data.py) are used instead; a
+    warning finding and RV(capabilities_used), RV(fallback_release) and RV(fallback_keys) say so. O(serve_config)
+    is then not checked (a warning).
+  - Further rules mirror vLLM's own - C(num_speculative_tokens) missing or not positive (for DFlash it is
+    defaulted to the drafter's C(block_size - 1)), C(tensor_parallel_size) inside the speculative config,
     C(draft_tensor_parallel_size) neither 1 nor the target's, synthetic rejection sampling without its
-    parameters, an attention backend without non-causal attention for a DFlash drafter.
+    parameters, an attention backend without non-causal attention for a DFlash drafter that needs it (the
+    speculative C(attention_backend), else the serve-level C(attention-backend) the drafter inherits).
   - What depends on the installed checkout is read from the boolean probes of M(vllm_ops.dflash.vllm_facts),
     never guessed from the version string - whether vLLM adds 1 to DFlash C(target_layer_ids) (vllm PR 40727;
     without it every hidden state is read one layer too early), whether it honours the drafter's
@@ -45,8 +55,20 @@ options:
         C(attention_backend), C(rejection_sample_method), C(synthetic_acceptance_length),
         C(synthetic_acceptance_rates), C(revision).
       - When C(method) is omitted it is inferred as vLLM does (a model name containing C(dflash) means C(dflash)).
+      - Empty (the default) checks only O(serve_config).
     type: dict
-    required: true
+    default: {}
+  serve_config:
+    description:
+      - The mapping of the C(vllm serve --config) YAML as it will be written (long option names as keys), checked
+        against the C(serve_flags) of the installed vLLM's own parser - an unknown flag is refused naming it and
+        close matches, a value outside a flag's choices is refused, and so is a boolean vLLM would not honour.
+      - vLLM's C(--config) loader drops a YAML C(false) and passes C(true) as the bare flag. The role
+        C(dflash_config) therefore writes C(false) as C(no-<flag>) set to C(true); a flag without a C(--no-) form cannot
+        be given C(false) (refused, with the fix), and C(true) for a flag that takes a value is refused.
+      - Its C(attention-backend) is the drafter's when the speculative config sets none.
+      - Omitted, no serve config is checked.
+    type: dict
   drafter_config:
     description:
       - The DFlash drafter's Hugging Face config, given as the path of its C(config.json), a model or snapshot
@@ -61,7 +83,8 @@ options:
   vllm_facts:
     description:
       - The facts M(vllm_ops.dflash.vllm_facts) returned (C(ansible_facts.vllm), or the registered result
-        holding it). Its C(probes) (name to boolean) and C(version) are used.
+        holding it). Its C(capabilities), C(capabilities_error), C(probes) (name to boolean) and C(version) are
+        used.
     type: dict
   tensor_parallel_size:
     description:
@@ -113,6 +136,15 @@ EXAMPLES = r"""
     env:
       VLLM_USE_V2_MODEL_RUNNER: "1"
   register: preflight
+
+- name: Check the serve config as it will be written against the release's own vllm serve parser
+  vllm_ops.dflash.dflash_preflight:
+    serve_config:
+      model: Qwen/Qwen3.6-27B
+      port: 8000
+      no-enable-prefix-caching: true
+      attention-backend: FLASH_ATTN
+    vllm_facts: "{{ ansible_facts.vllm }}"
 
 - name: Template the serve config with the normalised speculative config
   ansible.builtin.template:
@@ -167,10 +199,28 @@ drafter_config_sha256:
       a drafter changed in place.
   returned: always
   type: str
+capabilities_used:
+  description:
+    - C(vllm) when every judged value came from the installed vLLM's own answer, C(fallback) when at least one
+      came from the fallback tables of C(_vllm_data.py).
+  returned: always
+  type: str
+  sample: vllm
+fallback_release:
+  description: The release whose fallback tables were used; null when none was.
+  returned: always
+  type: str
+  sample: 0.26.0
+fallback_keys:
+  description: The capability keys judged against the fallback tables.
+  returned: always
+  type: list
+  elements: str
+  sample: [speculative_methods, speculative_fields]
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._spec import (
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._preflight import (
     ERROR,
     WARNING,
     PreflightError,
@@ -183,7 +233,8 @@ SECRET_MARKERS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "speculative_config": {"type": "dict", "required": True},
+            "speculative_config": {"type": "dict", "default": {}},
+            "serve_config": {"type": "dict"},
             "drafter_config": {"type": "raw"},
             "vllm_facts": {"type": "dict"},
             "tensor_parallel_size": {"type": "int", "default": 1},
@@ -204,6 +255,7 @@ def main() -> None:
     try:
         result = preflight(
             params["speculative_config"],
+            serve_config=params["serve_config"],
             drafter_config=params["drafter_config"],
             vllm_facts=params["vllm_facts"],
             tensor_parallel_size=params["tensor_parallel_size"],

@@ -21,6 +21,15 @@ description:
   - The commit comes from the distribution's PEP 610 C(direct_url.json) (C(vcs_info.commit_id)) when vLLM
     was installed from git, otherwise (a wheel file, C(archive_info)) from the release's C(manifest.json)
     next to the venv.
+  - What the release's vLLM accepts (its C(capabilities) - speculative methods, sample methods, C(SpeculativeConfig)
+    fields, registered architectures, attention backends, the flags of its C(vllm serve) parser, the default model
+    runner) is asked of vLLM itself - a script run in the venv's python imports its config, registry and parser
+    (no GPU needed). That import takes a minute or more on a busy host, so the answer is cached in the release
+    directory (C(<release>/capabilities.json)) and each release pays it once; a cache that is corrupt or answers
+    for another vLLM version is asked again. Check mode reads the cache but never writes it.
+  - A vLLM that cannot answer (the import fails or outlasts O(capabilities_timeout)) is reported in
+    C(capabilities_error), not a module failure; M(vllm_ops.dflash.dflash_preflight) then judges against its
+    fallback tables and says so.
   - The module never fails because of missing or broken extensions or false probes; it reports them so that
     a play can assert on them. It fails only when there is nothing to look at - no venv, no python in it,
     no vllm installed - or when O(probes) or O(required_extensions) are malformed.
@@ -77,8 +86,20 @@ options:
         loading when it runs out is reported as broken, and those not reached as not checked.
     type: float
     default: 180
+  capabilities:
+    description:
+      - Gather the release's capabilities (cached in the release directory, see above).
+    type: bool
+    default: true
+  capabilities_timeout:
+    description:
+      - Seconds asking the release's vLLM may take when nothing is cached (importing vLLM takes 90 s on a busy
+        2-core host). When it runs out, the facts say so in C(capabilities_error) and the module still succeeds.
+    type: float
+    default: 300
 notes:
   - Runs on the target with its system Python and the standard library only.
+  - The capability cache is written only into a release this collection built (a directory with C(manifest.json)).
 seealso:
   - module: vllm_ops.dflash.vllm_build
   - module: vllm_ops.dflash.vllm_release
@@ -225,10 +246,34 @@ ansible_facts:
         probe_errors:
           description: Probe name -> why it could not look (for example its file does not exist).
           type: dict
+        capabilities:
+          description:
+            - What this vLLM accepts, as it answered itself (capabilities schema 1 of the collection's
+              C(_capability_script.py)) - C(vllm_version), C(speculative_methods), C(mtp_aliases),
+              C(rejection_sample_methods), C(draft_sample_methods), C(speculative_fields),
+              C(registered_architectures), C(attention_backends), C(serve_flags) (option string to C(dest),
+              C(takes_value), C(choices), C(negatable)), C(default_model_runner) (C(v1), C(v2) or null) and
+              C(errors) (key to why it could not be read).
+            - V(null) when unavailable (see C(capabilities_error)).
+          type: dict
+          sample: {schema: 1, vllm_version: 0.33.0, speculative_methods: [ngram, draft_model, eagle, dflash],
+                   rejection_sample_methods: [standard, synthetic, block, fly], default_model_runner: v2, errors: {}}
+        capabilities_source:
+          description: C(cache) (read from the release's C(capabilities.json)), C(vllm) (asked now) or C(unavailable).
+          type: str
+          sample: cache
+        capabilities_error:
+          description: Why there are no capabilities (with the fix), V(null) otherwise.
+          type: str
+        capabilities_path:
+          description: The cache file of the capabilities; V(null) when there are none.
+          type: str
+          sample: /opt/vllm/releases/3cfc8f8b7a1b-1a2b3c4d/capabilities.json
 """
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._facts import (
+    DEFAULT_CAPABILITIES_TIMEOUT,
     DEFAULT_REQUIRED_EXTENSIONS,
     FactsError,
     gather_facts,
@@ -251,6 +296,8 @@ def main() -> None:
                 },
             },
             "timeout": {"type": "float", "default": 180},
+            "capabilities": {"type": "bool", "default": True},
+            "capabilities_timeout": {"type": "float", "default": DEFAULT_CAPABILITIES_TIMEOUT},
         },
         supports_check_mode=True,
     )
@@ -262,6 +309,9 @@ def main() -> None:
             required_extensions=params["required_extensions"],
             probes=params["probes"],
             timeout=params["timeout"],
+            capabilities=params["capabilities"],
+            capabilities_timeout=params["capabilities_timeout"],
+            check_mode=module.check_mode,
         )
     except FactsError as exc:
         module.fail_json(msg=str(exc))

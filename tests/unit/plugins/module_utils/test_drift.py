@@ -243,3 +243,59 @@ def test_records(tmp_path):
     assert "cannot be read" in recorded_differences(str(record))[0]
     record.write_text("[]")
     assert "does not hold a files map" in recorded_differences(str(record))[0]
+
+
+# The deploy's look renders the serve config on the controller from the UN-normalised speculative config
+# (normalising needs the host's drafter and release); dflash_config writes the normalised one, for example
+# with num_speculative_tokens filled in. The host's render record maps the one to the other.
+UNNORMALISED = "speculative-config:\n  method: dflash\n  model: /m\n"
+WRITTEN = "speculative-config:\n  method: dflash\n  model: /m\n  num_speculative_tokens: 7\n"
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@pytest.fixture
+def rendered(tmp_path):
+    """The serve config as dflash_config wrote it, its render record, and the look's expectation of it."""
+    config = tmp_path / "default.yaml"
+    config.write_text(WRITTEN)
+    record = tmp_path / "default.render.json"
+    inputs = _sha(UNNORMALISED + "drafter-dict-if-any")
+    record.write_text(json.dumps({"path": str(config), "input_sha256": inputs, "sha256": _sha(WRITTEN)}))
+    item = {"path": str(config), "sha256": _sha(UNNORMALISED), "input_sha256": inputs, "input_record": str(record)}
+    return config, record, item
+
+
+def test_a_normalised_config_written_from_the_same_input_is_unchanged(rendered):
+    config, _record, item = rendered
+    assert FileExpectation.from_dict(item).difference() is None
+    # without the record's word for it, the look cannot tell: other content
+    plain = {key: item[key] for key in ("path", "sha256")}
+    assert FileExpectation.from_dict(plain).difference() == f"{config} has other content"
+
+
+def test_the_render_record_does_not_cover_an_edit_or_another_input(rendered):
+    config, record, item = rendered
+    config.write_text(WRITTEN + "# edited by hand\n")
+    assert FileExpectation.from_dict(item).difference() == f"{config} has other content"
+    config.write_text(WRITTEN)
+    assert FileExpectation.from_dict(dict(item, input_sha256=_sha("other input"))).difference() == (
+        f"{config} has other content"
+    )
+    for broken in ("{not json", "[]", json.dumps({"input_sha256": item["input_sha256"]})):
+        record.write_text(broken)
+        assert FileExpectation.from_dict(item).difference() == f"{config} has other content"
+    record.unlink()
+    assert FileExpectation.from_dict(item).difference() == f"{config} has other content"
+
+
+def test_the_render_record_needs_an_absolute_path_and_its_input():
+    item = {"path": "/etc/x", "sha256": "0" * 64, "input_sha256": "1" * 64, "input_record": "r"}
+    with pytest.raises(DriftError, match=r"input_record .* is not absolute"):
+        FileExpectation.from_dict(item)
+    with pytest.raises(DriftError, match="needs both input_sha256 and input_record"):
+        FileExpectation.from_dict(dict(item, input_record=None))
+    with pytest.raises(DriftError, match="input_sha256 of /etc/x is not 64 hex digits"):
+        FileExpectation.from_dict(dict(item, input_sha256="abc", input_record="/r"))

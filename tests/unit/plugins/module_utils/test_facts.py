@@ -19,13 +19,16 @@ import time
 from pathlib import Path
 
 import pytest
+from ansible_collections.vllm_ops.dflash.plugins.module_utils import _facts
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._facts import (
+    CAPABILITIES_FILE,
     DEFAULT_REQUIRED_EXTENSIONS,
     PROBE_SCRIPT,
     FactsError,
     gather_facts,
     parse_probes,
 )
+from ansible_collections.vllm_ops.dflash.tests.helpers.engine_venv import engine_venv
 
 COMMIT = "3cfc8f8b7a1b2c3d4e5f60718293a4b5c6d7e8f9"
 VERSION = "0.1.dev16016+g3cfc8f8b7"
@@ -194,10 +197,12 @@ def test_release_facts_with_good_broken_and_probed_parts(tmp_path, builder):
         extensions=("_C.abi3.so", "_moe_C.abi3.so", "vllm_flash_attn/_vllm_fa2_C.abi3.so", "libhelper.so"),
         direct_url=vcs_direct_url(),
     )
-    result = gather_facts(root=str(root), probes=PROBES, timeout=60)
+    # capabilities=False: asking vLLM what it accepts imports it (tested below); the rest never does
+    result = gather_facts(root=str(root), probes=PROBES, timeout=60, capabilities=False)
     facts = result["facts"]
     assert result["warnings"] == []
     assert not (package / "INIT_RAN").exists()
+    assert (facts["capabilities"], facts["capabilities_source"]) == (None, "unavailable")
     assert facts["venv"] == str(root / "current" / "venv")
     assert facts["release"] == os.path.realpath(root / "releases" / "3cfc8f8b7a1b-1a2b3c4d")
     assert facts["manifest"] == manifest
@@ -467,3 +472,101 @@ def test_fixture_engine_installed_from_git(tmp_path, ref, missing, probes_found)
     assert facts["extensions"]["vllm._C"]["ok"] is True
     assert facts["probes"] == {"aux_layer_offset": probes_found, "sliding_window": probes_found}
     assert facts["probe_errors"] == {}
+
+
+# --------------------------------------------------------------------------- capabilities
+
+
+def engine_release(root, version="0.33.0", manifest=True):
+    """A release whose venv imports the fixture engine's source (it answers the capability script like vLLM)."""
+    venv = make_release(root, manifest={"schema": 1} if manifest else None)
+    shutil.rmtree(venv)
+    return engine_venv(venv, version)
+
+
+def test_capabilities_are_asked_once_per_release_and_cached(tmp_path, monkeypatch):
+    root = tmp_path / "opt-vllm"
+    engine_release(root)
+    first = gather_facts(root=str(root), timeout=60)
+    facts = first["facts"]
+    assert (facts["capabilities_source"], facts["capabilities_error"]) == ("vllm", None)
+    assert facts["capabilities"]["vllm_version"] == "0.33.0"
+    assert "dflash" in facts["capabilities"]["speculative_methods"]
+    assert facts["capabilities"]["serve_flags"]["--no-enable-prefix-caching"]["negatable"] is True
+    cache = Path(facts["release"]) / CAPABILITIES_FILE
+    assert facts["capabilities_path"] == str(cache)
+    assert json.loads(cache.read_text()) == facts["capabilities"]
+    # the next gather reads the cache and does not ask vLLM again
+
+    def not_again(*args):
+        raise AssertionError("vLLM asked again")
+
+    monkeypatch.setattr(_facts, "_run_capability_script", not_again)
+    again = gather_facts(root=str(root), timeout=60)["facts"]
+    assert (again["capabilities_source"], again["capabilities"]) == ("cache", facts["capabilities"])
+
+
+@pytest.mark.parametrize(
+    ("cache", "why"),
+    [
+        ("{not json", "is unreadable"),
+        ('{"schema": 1}', "does not follow capabilities schema 1"),
+        ("wrong-version", "answers for vLLM 0.26.0, not 0.33.0"),
+    ],
+)
+def test_a_corrupt_or_wrong_version_cache_is_asked_again(tmp_path, cache, why):
+    root = tmp_path / "opt-vllm"
+    engine_release(root)
+    good = gather_facts(root=str(root), timeout=60)["facts"]
+    path = Path(good["capabilities_path"])
+    path.write_text(
+        json.dumps(dict(good["capabilities"], vllm_version="0.26.0")) if cache == "wrong-version" else cache
+    )
+    result = gather_facts(root=str(root), timeout=60)
+    assert result["facts"]["capabilities_source"] == "vllm"
+    assert any(why in warning for warning in result["warnings"]), result["warnings"]
+    assert json.loads(path.read_text()) == good["capabilities"]
+
+
+def test_check_mode_reads_the_cache_but_never_writes_it(tmp_path):
+    root = tmp_path / "opt-vllm"
+    engine_release(root)
+    checked = gather_facts(root=str(root), timeout=60, check_mode=True)["facts"]
+    assert checked["capabilities_source"] == "vllm"
+    assert not (Path(checked["release"]) / CAPABILITIES_FILE).exists()
+    gather_facts(root=str(root), timeout=60)
+    assert gather_facts(root=str(root), timeout=60, check_mode=True)["facts"]["capabilities_source"] == "cache"
+
+
+def test_a_venv_outside_a_release_is_asked_but_nothing_is_cached_next_to_it(tmp_path):
+    venv = engine_release(tmp_path / "opt-vllm", manifest=False)
+    facts = gather_facts(venv=str(venv), timeout=60)["facts"]
+    assert facts["capabilities_source"] == "vllm"
+    assert not (Path(facts["release"]) / CAPABILITIES_FILE).exists()
+
+
+def test_a_vllm_that_cannot_answer_in_time_is_a_fact_not_a_failure(tmp_path, builder):
+    root = tmp_path / "opt-vllm"
+    venv = make_release(root, manifest={"schema": 1})
+    package = install_fake_vllm(venv, builder, undefined=())
+    (package / "__init__.py").write_text("import time\ntime.sleep(900)\n")  # an import that outlasts the timeout
+    started = time.monotonic()
+    result = gather_facts(root=str(root), timeout=60, capabilities_timeout=2)
+    assert time.monotonic() - started < 600  # killed, not waited for
+    facts = result["facts"]
+    assert (facts["capabilities"], facts["capabilities_source"]) == (None, "unavailable")
+    assert "did not finish within the 2s capabilities_timeout" in facts["capabilities_error"]
+    assert "Fix: raise capabilities_timeout" in facts["capabilities_error"]
+    assert not (Path(facts["release"]) / CAPABILITIES_FILE).exists()
+
+
+def test_a_vllm_whose_import_fails_says_why_and_is_not_cached(tmp_path, builder):
+    root = tmp_path / "opt-vllm"
+    venv = make_release(root, manifest={"schema": 1})
+    install_fake_vllm(venv, builder, undefined=())  # its __init__ raises
+    facts = gather_facts(root=str(root), timeout=60)["facts"]
+    # each key the script could not read is an error of its own; the preflight falls back for those keys
+    assert facts["capabilities_source"] == "vllm"
+    assert "speculative_methods" in facts["capabilities"]["errors"]
+    assert "vllm/__init__.py must not run" in facts["capabilities_error"]
+    assert facts["capabilities_path"] is None and not (Path(facts["release"]) / CAPABILITIES_FILE).exists()

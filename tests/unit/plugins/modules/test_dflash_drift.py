@@ -56,3 +56,11 @@ def test_bad_file_expectations_are_refused_with_the_fix(tiny, tmp_path):
     result = run_module(tmp_path, repo=str(repo), ref="main", root=str(tmp_path / "root"), files=files)
     assert result["failed"] is True
     assert "is not absolute" in result["msg"]
+
+
+def test_a_render_record_needs_its_input_and_path(tiny, tmp_path):
+    repo = tiny[0]
+    files = [{"path": "/etc/vllm/default.yaml", "sha256": "0" * 64, "input_sha256": "1" * 64}]
+    result = run_module(tmp_path, repo=str(repo), ref="main", root=str(tmp_path / "root"), files=files)
+    assert result["failed"] is True
+    assert "needs both input_sha256 and input_record" in result["msg"]

@@ -12,6 +12,7 @@ from typing import Any, Dict
 
 import pytest
 from ansible_collections.vllm_ops.dflash.tests.helpers import module_runner
+from ansible_collections.vllm_ops.dflash.tests.helpers.capabilities import captured
 
 ROOT = Path(__file__).resolve().parents[4]
 DRAFTERS = ROOT / "tests" / "unit" / "fixtures" / "drafters"
@@ -23,8 +24,8 @@ PROBES_026 = {
     "dflash_mixed_attention_v2": True,
     "dflash_mixed_attention_auto_v2": True,
 }
-FACTS_026 = {"version": "0.26.0", "probes": PROBES_026}
-FACTS_0201 = {"version": "0.20.1", "probes": {name: False for name in PROBES_026}}
+FACTS_026 = {"version": "0.26.0", "probes": PROBES_026, "capabilities": captured("0.26.0")}
+FACTS_0201 = {"version": "0.20.1", "probes": {name: False for name in PROBES_026}, "capabilities": captured("0.20.1")}
 
 
 def run_module(tmp_path: Path, **args: Any) -> Dict[str, Any]:
@@ -112,6 +113,26 @@ def test_warnings_are_shown_and_can_fail(tmp_path: Path, fail_on_warnings: bool,
     assert bool(result.get("failed")) is failed
     assert (result["error_count"], result["warning_count"]) == (0, 1)
     assert "test-only" in json.dumps(result["warnings"])  # ansible-core 2.19 wraps each warning in an Event
+
+
+def test_serve_config_is_judged_by_the_installed_parser(tmp_path: Path) -> None:
+    result = run_module(
+        tmp_path,
+        serve_config={"model": "m", "port": 8000, "enable-prefix-cachin": True, "no-enable-prefix-caching": True},
+        vllm_facts=FACTS_026,
+    )
+    assert result["failed"] is True
+    assert [f["field"] for f in result["findings"]] == ["serve_config.enable-prefix-cachin"]
+    assert "rename it enable-prefix-caching" in result["msg"]
+    assert result["capabilities_used"] == "vllm" and result["fallback_release"] is None
+
+
+def test_without_capabilities_the_fallback_is_named(tmp_path: Path) -> None:
+    facts = dict(FACTS_026, capabilities=None, capabilities_error="the import did not finish within 90s")
+    result = run_module(tmp_path, speculative_config={"method": "medusa", "model": "m"}, vllm_facts=facts)
+    assert result["capabilities_used"] == "fallback" and result["fallback_release"] == "0.26.0"
+    assert "speculative_methods" in result["fallback_keys"]
+    assert "the import did not finish within 90s" in json.dumps(result["warnings"])
 
 
 def test_secret_env_values_are_masked(tmp_path: Path) -> None:

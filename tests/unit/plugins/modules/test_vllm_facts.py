@@ -74,3 +74,17 @@ def test_no_release_fails_with_the_fix(tmp_path):
     assert result["failed"] is True
     assert result["msg"].startswith(f"{tmp_path / 'nothing' / 'current' / 'venv'} does not exist")
     assert "vllm_build" in result["msg"]
+
+
+@pytest.mark.parametrize("check_mode", [True, False])
+def test_capabilities_are_returned_and_cached_outside_check_mode(tmp_path, check_mode):
+    root = tmp_path / "opt-vllm"
+    helpers.engine_release(root)
+    result = run_module(tmp_path, check_mode=check_mode, root=str(root), capabilities_timeout=120)
+    facts = result["ansible_facts"]["vllm"]
+    assert (result["changed"], facts["capabilities_source"]) == (False, "vllm")
+    assert "DFlashDraftModel" in facts["capabilities"]["registered_architectures"]
+    cache = root / "current" / "capabilities.json"
+    assert cache.exists() is not check_mode
+    again = run_module(tmp_path, root=str(root), capabilities=False)["ansible_facts"]["vllm"]
+    assert (again["capabilities"], again["capabilities_source"]) == (None, "unavailable")

@@ -1,6 +1,6 @@
 # Copyright (c) vllm_ops.dflash contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Tests of the DFlash preflight core and of the probe patterns it relies on.
+"""Tests of the preflight core (serve config, speculative config, drafter) and of the probe patterns it relies on.
 
 Fixtures (tests/unit/fixtures/):
 - drafters/tiny_dflash.json: the real drafter config served by vLLM 0.26.0 on the H200
@@ -11,13 +11,13 @@ Fixtures (tests/unit/fixtures/):
 - drafters/speculators_dflash.json: synthetic, in the vllm-project/speculators format vLLM converts.
 - drafters/broken.json: the real config cut off mid-file.
 - vllm_snippets/<version>/<path>.txt: verbatim excerpts of the files the probes read, from the PyPI wheels.
+- capabilities/<version>.json: what the capability script answered on each PyPI wheel (tests/helpers/capabilities.py).
 """
 
 from __future__ import annotations
 
 import ast
 import copy
-import hashlib
 import json
 import re
 from pathlib import Path
@@ -25,16 +25,18 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 import yaml
-from ansible_collections.vllm_ops.dflash.plugins.module_utils import _spec
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._spec import (
-    DEFAULT_CAPABILITY_PROBES,
+from ansible_collections.vllm_ops.dflash.plugins.module_utils import _drafter, _preflight, _vllm_data
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._drafter import (
     PreflightError,
     dflash_needs_non_causal,
     load_drafter_config,
-    locate_drafter_config,
+)
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._preflight import (
+    DEFAULT_CAPABILITY_PROBES,
     parse_env_flag,
     preflight,
 )
+from ansible_collections.vllm_ops.dflash.tests.helpers.capabilities import captured as capabilities
 
 ROOT = Path(__file__).resolve().parents[4]
 FIXTURES = ROOT / "tests" / "unit" / "fixtures"
@@ -52,21 +54,29 @@ QWEN36 = drafter("qwen36_dflash.json")
 ALL_TRUE = {name: True for name in DEFAULT_CAPABILITY_PROBES.values()}
 
 
-def facts(version: str = "0.26.0", **overrides: Optional[bool]) -> Dict[str, Any]:
-    """vllm_facts of a 0.26.0-like vLLM; an override of None removes the probe (not run)."""
+def facts(version: str = "0.26.0", caps: Optional[str] = "0.26.0", **overrides: Optional[bool]) -> Dict[str, Any]:
+    """vllm_facts of a 0.26.0-like vLLM; an override of None removes the probe (not run).
+
+    `caps` names the release whose captured capabilities the facts carry; None: no capabilities gathered.
+    """
     probes: Dict[str, Any] = dict(ALL_TRUE)
     for name, value in overrides.items():
         if value is None:
             probes.pop(name)
         else:
             probes[name] = value
-    return {"version": version, "probes": probes, "probe_errors": {}}
+    result: Dict[str, Any] = {"version": version, "probes": probes, "probe_errors": {}}
+    if caps is None:
+        result.update(capabilities=None, capabilities_source="unavailable", capabilities_error="timed out")
+    else:
+        result.update(capabilities=capabilities(caps), capabilities_source="cache")
+    return result
 
 
 # vLLM 0.20.1 as the probes see it: none of the fixes.
-FACTS_0201 = facts("0.20.1", **{name: False for name in ALL_TRUE})
+FACTS_0201 = facts("0.20.1", "0.20.1", **{name: False for name in ALL_TRUE})
 # vLLM 0.25.0: offsets and uniform sliding windows, but no mixed drafters.
-FACTS_0250 = facts("0.25.0", dflash_mixed_attention_v2=False, dflash_mixed_attention_auto_v2=False)
+FACTS_0250 = facts("0.25.0", "0.24.0", dflash_mixed_attention_v2=False, dflash_mixed_attention_auto_v2=False)
 
 
 def with_changes(config: Dict[str, Any], **changes: Any) -> Dict[str, Any]:
@@ -126,8 +136,8 @@ CASES = [
         "ngram needs no model and no probes",
         {"method": "ngram", "num_speculative_tokens": 4},
         {"vllm_facts": {}},
-        [],
-        None,
+        [(W, "vllm_facts.capabilities")],
+        "judged against the fallback tables of vLLM 0.26.0",
     ),
     (
         "model missing",
@@ -321,8 +331,15 @@ CASES = [
         "unknown key",
         dict(DFLASH, brand_new_knob=1),
         {"drafter_config": QWEN36},
-        [(W, "speculative_config.brand_new_knob")],
+        [(E, "speculative_config.brand_new_knob")],
         "refuses unknown fields",
+    ),
+    (
+        "unknown key judged by a fallback table",
+        dict(DFLASH, brand_new_knob=1),
+        {"drafter_config": QWEN36, "vllm_facts": facts(caps=None)},
+        [(W, "speculative_config.brand_new_knob"), (W, "vllm_facts.capabilities")],
+        "unless the installed vLLM added this field",
     ),
     (
         "kebab-case keys",
@@ -511,7 +528,11 @@ CASES = [
         "no facts at all",
         {"method": "dflash", "model": "/m/tiny"},
         {"drafter_config": TINY, "vllm_facts": None},
-        [(E, "vllm_facts.probes.dflash_aux_layer_offset"), (E, "vllm_facts.probes.dflash_v2_runner")],
+        [
+            (E, "vllm_facts.probes.dflash_aux_layer_offset"),
+            (E, "vllm_facts.probes.dflash_v2_runner"),
+            (W, "vllm_facts.capabilities"),
+        ],
         "not run",
     ),
     (
@@ -557,6 +578,153 @@ CASES = [
         {"drafter_config": drafter("speculators_dflash.json"), "vllm_facts": facts(dflash_aux_layer_offset=False)},
         [],
         None,
+    ),
+]
+
+
+F033 = facts("0.33.0", "0.33.0", dflash_mixed_attention_auto_v2=None)
+MIXED_033 = {"drafter_config": QWEN36, "vllm_facts": F033}
+
+# What changed by 0.33.0, judged by what each release answered (its captured capabilities).
+CASES += [
+    ("medusa on 0.26.0", {"method": "medusa", "model": "m", "num_speculative_tokens": 3}, {}, [], None),
+    (
+        "medusa dropped by 0.33.0",
+        {"method": "medusa", "model": "m", "num_speculative_tokens": 3},
+        {"vllm_facts": F033},
+        [(E, "speculative_config.method")],
+        "'medusa' is not a speculative method of vLLM 0.33.0",
+    ),
+    (
+        "mlp_speculator dropped by 0.33.0",
+        {"method": "mlp_speculator", "model": "m", "num_speculative_tokens": 3},
+        {"vllm_facts": F033},
+        [(E, "speculative_config.method")],
+        "is not a speculative method of vLLM 0.33.0",
+    ),
+    ("dspark on 0.33.0", {"method": "dspark", "model": "z-lab/x-DSpark"}, {"vllm_facts": F033}, [], None),
+    (
+        "an MTP alias 0.33.0 added",
+        {"method": "kimi_k3_mtp", "num_speculative_tokens": 1},
+        {"vllm_facts": F033},
+        [(W, "speculative_config.method")],
+        "replaces it with mtp",
+    ),
+    (
+        "an MTP alias 0.26.0 does not know",
+        {"method": "kimi_k3_mtp", "num_speculative_tokens": 1},
+        {},
+        [(E, "speculative_config.method")],
+        "not a speculative method of vLLM 0.26.0",
+    ),
+    ("fly sampler on 0.33.0", dict(DFLASH, rejection_sample_method="fly"), MIXED_033, [], None),
+    (
+        "fly sampler on 0.26.0",
+        dict(DFLASH, rejection_sample_method="fly"),
+        {"drafter_config": QWEN36},
+        [(E, "speculative_config.rejection_sample_method")],
+        "use one of standard, synthetic, block",
+    ),
+    ("a field 0.33.0 added", dict(DFLASH, fly_window_size=4), MIXED_033, [], None),
+    (
+        "a field 0.33.0 added, misspelt",
+        dict(DFLASH, fly_window_sise=4),
+        MIXED_033,
+        [(E, "speculative_config.fly_window_sise")],
+        "rename it fly_window_size",
+    ),
+    (
+        "a field 0.26.0 lacks",
+        dict(DFLASH, xpress_topc=4),
+        {"drafter_config": QWEN36},
+        [(E, "speculative_config.xpress_topc")],
+        "not a SpeculativeConfig field of vLLM 0.26.0",
+    ),
+    (
+        "DFlash2 drafter on 0.33.0",
+        DFLASH,
+        {"drafter_config": with_changes(QWEN36, architectures=["DFlash2DraftModel"]), "vllm_facts": F033},
+        [],
+        None,
+    ),
+    (
+        "LiLiCorr drafter on 0.33.0 (loaded unprefixed)",
+        DFLASH,
+        {"drafter_config": with_changes(QWEN36, architectures=["LiLiCorrDraftModel"]), "vllm_facts": F033},
+        [],
+        None,
+    ),
+    (
+        "XPress drafter on 0.33.0",
+        DFLASH,
+        {"drafter_config": with_changes(QWEN36, architectures=["DFlashQwen3XPressModel"]), "vllm_facts": F033},
+        [],
+        None,
+    ),
+    (
+        "DFlash2 drafter on 0.26.0",
+        DFLASH,
+        {"drafter_config": with_changes(QWEN36, architectures=["DFlash2DraftModel"])},
+        [(E, "drafter_config.architectures")],
+        "which vLLM 0.26.0 does not register",
+    ),
+    (
+        "top-level mask_token_id",
+        DFLASH,
+        {"drafter_config": with_changes(QWEN36, dflash_config__mask_token_id=None, mask_token_id=248070)},
+        [],
+        None,
+    ),
+    (
+        "top-level is_causal on 0.33.0 makes a causal-only backend fine",
+        dict(DFLASH, attention_backend="TRITON_MLA"),
+        {"drafter_config": with_changes(QWEN36, is_causal=True), "vllm_facts": F033},
+        [],
+        None,
+    ),
+    (
+        "top-level is_causal is not read by 0.26.0",
+        dict(DFLASH, attention_backend="TRITON_MLA"),
+        {"drafter_config": with_changes(QWEN36, is_causal=True)},
+        [(E, "speculative_config.attention_backend")],
+        "non-causal",
+    ),
+    (
+        "serve-level backend inherited by the drafter",
+        DFLASH,
+        {"drafter_config": QWEN36, "vllm_facts": F033, "serve_config": {"attention-backend": "TRITON_MLA"}},
+        [(E, "serve_config.attention-backend")],
+        "speculative_config.attention_backend: FLASH_ATTN",
+    ),
+    (
+        "serve-level backend overridden by the drafter's own",
+        dict(DFLASH, attention_backend="FLASH_ATTN"),
+        {"drafter_config": QWEN36, "vllm_facts": F033, "serve_config": {"attention-backend": "TRITON_MLA"}},
+        [],
+        None,
+    ),
+    (
+        "serve-level backend unknown",
+        DFLASH,
+        {"drafter_config": QWEN36, "vllm_facts": F033, "serve_config": {"attention-backend": "FLASH_ATN"}},
+        [(E, "serve_config.attention-backend")],
+        "use FLASH_ATTN",
+    ),
+    # 0.29.0+: V2 by default, so the mixed drafter needs no VLLM_USE_V2_MODEL_RUNNER (and no 0.26 probe).
+    ("mixed layers on 0.33.0, env unset", DFLASH, MIXED_033, [], None),
+    (
+        "mixed layers on 0.33.0, V2 disabled in env",
+        DFLASH,
+        dict(MIXED_033, env={"VLLM_USE_V2_MODEL_RUNNER": "0"}),
+        [(E, "env.VLLM_USE_V2_MODEL_RUNNER")],
+        "V1 refuses it",
+    ),
+    (
+        "mixed layers without capabilities: the 0.33.0 table says V2 by default",
+        DFLASH,
+        {"drafter_config": QWEN36, "vllm_facts": facts("0.33.0", None, dflash_mixed_attention_auto_v2=False)},
+        [(W, "vllm_facts.capabilities")],
+        "fallback tables of vLLM 0.33.0",
     ),
 ]
 
@@ -635,105 +803,10 @@ def test_speculators_format_is_converted_like_vllm() -> None:
     assert config["num_hidden_layers"] == 5 and config["block_size"] == 16
 
 
-# --------------------------------------------------------------------------- drafter config files
-
-
-def write_config(directory: Path, config: Dict[str, Any]) -> Path:
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / "config.json"
-    path.write_text(json.dumps(config))
-    return path
-
-
-def hf_cache(root: Path, model_id: str, snapshots: Dict[str, Dict[str, Any]], main: Optional[str]) -> Path:
-    repo = root / ("models--" + model_id.replace("/", "--"))
-    for revision, config in snapshots.items():
-        write_config(repo / "snapshots" / revision, config)
-    if main:
-        (repo / "refs").mkdir(parents=True)
-        (repo / "refs" / "main").write_text(main + "\n")
-    return repo
-
-
-MODEL_ID = "z-lab/Qwen3.6-27B-DFlash"
-
-
-def test_locate_a_config_file_and_a_model_dir(tmp_path: Path) -> None:
-    path = write_config(tmp_path / "drafter", TINY)
-    assert locate_drafter_config(str(path)) == str(path)
-    assert locate_drafter_config(str(tmp_path / "drafter")) == str(path)
-
-
-@pytest.mark.parametrize("under", ["", "hub"])
-def test_locate_in_a_hugging_face_cache_root(tmp_path: Path, under: str) -> None:
-    repo = hf_cache(tmp_path / under, MODEL_ID, {"aaa111": TINY, "bbb222": QWEN36}, main="bbb222")
-    expected = str(repo / "snapshots" / "bbb222" / "config.json")
-    assert locate_drafter_config(str(tmp_path), MODEL_ID) == expected
-    assert locate_drafter_config(str(repo)) == expected
-    assert locate_drafter_config(str(repo / "snapshots" / "aaa111")) == str(
-        repo / "snapshots" / "aaa111" / "config.json"
-    )
-
-
-def test_cache_revision_by_ref_or_by_commit(tmp_path: Path) -> None:
-    repo = hf_cache(tmp_path, MODEL_ID, {"aaa111": TINY, "bbb222": QWEN36}, main="bbb222")
-    (repo / "refs" / "v1").write_text("aaa111")
-    assert locate_drafter_config(str(tmp_path), MODEL_ID, "v1").endswith("aaa111/config.json")
-    assert locate_drafter_config(str(tmp_path), MODEL_ID, "aaa111").endswith("aaa111/config.json")
-
-
-def test_cache_with_one_snapshot_and_no_ref(tmp_path: Path) -> None:
-    hf_cache(tmp_path, MODEL_ID, {"ccc333": QWEN36}, main=None)
-    assert locate_drafter_config(str(tmp_path), MODEL_ID).endswith("ccc333/config.json")
-
-
-def test_cache_with_several_snapshots_and_no_ref(tmp_path: Path) -> None:
-    hf_cache(tmp_path, MODEL_ID, {"aaa111": TINY, "bbb222": QWEN36}, main=None)
-    with pytest.raises(PreflightError, match=r"cannot tell which snapshot .* aaa111, bbb222\). Fix: set"):
-        locate_drafter_config(str(tmp_path), MODEL_ID)
-
-
-def test_cache_without_the_model(tmp_path: Path) -> None:
-    hf_cache(tmp_path, "other/model", {"aaa111": TINY}, main="aaa111")
-    with pytest.raises(PreflightError, match=f"no cached {MODEL_ID} under it"):
-        locate_drafter_config(str(tmp_path), MODEL_ID)
-
-
-def test_missing_path() -> None:
-    with pytest.raises(PreflightError, match=r"^drafter_config: /nonexistent/x does not exist on this host\. Fix"):
-        locate_drafter_config("/nonexistent/x")
-
-
 def test_broken_json_is_an_error_finding() -> None:
     result = preflight(DFLASH, drafter_config=str(DRAFTERS / "broken.json"), vllm_facts=facts())
     assert levels_and_fields(result) == [(E, "drafter_config"), (E, "speculative_config.num_speculative_tokens")]
     assert "broken.json is not valid JSON" in result["findings"][0]["message"]
-
-
-def test_json_that_is_not_an_object(tmp_path: Path) -> None:
-    path = tmp_path / "config.json"
-    path.write_text("[1, 2]")
-    with pytest.raises(PreflightError, match="holds a JSON list, not an object"):
-        load_drafter_config(str(path))
-
-
-def test_drafter_found_through_a_local_model_dir(tmp_path: Path) -> None:
-    write_config(tmp_path / "Qwen3.6-27B-DFlash", QWEN36)
-    result = preflight({"model": str(tmp_path / "Qwen3.6-27B-DFlash")}, vllm_facts=facts())
-    assert result["findings"] == []
-    assert result["drafter_config_path"] == str(tmp_path / "Qwen3.6-27B-DFlash" / "config.json")
-    assert result["speculative_config"]["num_speculative_tokens"] == 15
-    # what the verdict was given on, and none where no file was read
-    config = tmp_path / "Qwen3.6-27B-DFlash" / "config.json"
-    assert result["drafter_config_sha256"] == hashlib.sha256(config.read_bytes()).hexdigest()
-    assert preflight({"method": "ngram"}, vllm_facts=facts())["drafter_config_sha256"] is None
-
-
-def test_drafter_found_in_a_cache_with_the_spec_revision(tmp_path: Path) -> None:
-    hf_cache(tmp_path, MODEL_ID, {"aaa111": TINY, "bbb222": QWEN36}, main="bbb222")
-    result = preflight(dict(DFLASH, revision="aaa111"), drafter_config=str(tmp_path), vllm_facts=facts())
-    assert result["drafter_config_path"].endswith("aaa111/config.json")
-    assert result["speculative_config"]["num_speculative_tokens"] == 7
 
 
 def test_not_a_mapping() -> None:
@@ -776,23 +849,27 @@ def test_parse_env_flag_refuses_what_vllm_cannot_read(value: Any) -> None:
         parse_env_flag(value)
 
 
-def test_core_is_python38_syntax() -> None:
-    ast.parse(Path(_spec.__file__).read_text(), feature_version=(3, 8))
+def test_cores_are_python38_syntax() -> None:
+    for core in (_preflight, _drafter, _vllm_data):
+        ast.parse(Path(core.__file__).read_text(), feature_version=(3, 8))
 
 
 # --------------------------------------------------------------------------- probes (data)
 
 PROBES = yaml.safe_load(PROBES_YML.read_text())
 PROBE_BY_NAME = {probe["name"]: probe for probe in PROBES["vllm_probes"]}
-VERSIONS = ("0.20.1", "0.22.0", "0.25.0", "0.26.0")
-# Which probes match which release (docs/probes.md has the full table, 0.20.1 to 0.26.0).
+VERSIONS = ("0.20.1", "0.22.0", "0.24.0", "0.25.0", "0.26.0", "0.28.0", "0.30.0", "0.33.0")
+SINCE_024 = ("0.24.0", "0.25.0", "0.26.0", "0.28.0", "0.30.0", "0.33.0")
+SINCE_026 = ("0.26.0", "0.28.0", "0.30.0", "0.33.0")
+# Which probes match which release (docs/probes.md has the full table, 0.20.1 to 0.33.0).
 EXPECTED_MATCHES = {
-    "dflash_aux_layer_offset": ("0.22.0", "0.25.0", "0.26.0"),
-    "dflash_aux_layer_offset_v2": ("0.25.0", "0.26.0"),
-    "dflash_v2_runner": ("0.25.0", "0.26.0"),
-    "dflash_sliding_window": ("0.25.0", "0.26.0"),
-    "dflash_mixed_attention_v2": ("0.26.0",),
-    "dflash_mixed_attention_auto_v2": ("0.26.0",),
+    "dflash_aux_layer_offset": ("0.22.0", *SINCE_024),
+    "dflash_aux_layer_offset_v2": SINCE_024,
+    "dflash_v2_runner": SINCE_024,
+    "dflash_sliding_window": SINCE_024[1:],
+    "dflash_mixed_attention_v2": SINCE_026,
+    # 0.26-0.28: V2 forced for such a drafter; 0.29+: V2 is the default and V1 lists it as unsupported
+    "dflash_mixed_attention_auto_v2": SINCE_026,
 }
 
 
@@ -808,11 +885,12 @@ def test_probe_matches_exactly_the_fixed_releases(name: str, version: str) -> No
     assert len(found) == (1 if version in EXPECTED_MATCHES[name] else 0)
 
 
+@pytest.mark.parametrize("version", ["0.26.0", "0.33.0"])
 @pytest.mark.parametrize("name", sorted(EXPECTED_MATCHES))
-def test_probe_survives_rewrapping(name: str) -> None:
+def test_probe_survives_rewrapping(name: str, version: str) -> None:
     """Black/ruff may re-wrap the code: one line, or every token on its own line, still matches."""
     probe = PROBE_BY_NAME[name]
-    text = snippet("0.26.0", probe["path"])
+    text = snippet(version, probe["path"])
     one_line = re.sub(r"\s*\n\s*", " ", text)
     spread = re.sub(r"([(\[,])\s*", "\\1\n        ", text)
     for variant in (one_line, spread, text.replace("    ", "\t")):
@@ -829,3 +907,116 @@ def test_docs_hold_the_same_probe_yaml() -> None:
     block = re.search(r"```yaml\n(.*?)```", doc, re.S)
     assert block is not None
     assert yaml.safe_load(block.group(1)) == PROBES
+
+
+# --------------------------------------------------------------------------- serve config
+
+SERVE_CASES = [
+    ("known flags", {"model": "m", "port": 8000, "enable-prefix-caching": True}, [], None),
+    ("underscore spelling", {"served_model_name": "tiny"}, [], None),
+    (
+        "unknown flag with a close match",
+        {"enable-prefix-cachin": True},
+        [(E, "serve_config.enable-prefix-cachin")],
+        "rename it enable-prefix-caching",
+    ),
+    ("unknown flag", {"brand-new-knob": 1}, [(E, "serve_config.brand-new-knob")], "not a flag of vLLM 0.26.0"),
+    ("negated the way vLLM honours", {"no-enable-prefix-caching": True}, [], None),
+    (
+        "false, which vLLM drops",
+        {"enable-prefix-caching": False},
+        [(E, "serve_config.enable-prefix-caching")],
+        "write no-enable-prefix-caching: true",
+    ),
+    (
+        "false for a switch without a negative form",
+        {"no-headless": True},
+        [(E, "serve_config.headless")],
+        "remove headless from vllm_serve_extra_args",
+    ),
+    ("true for a flag with a value", {"port": True}, [(E, "serve_config.port")], "give its value, quoted"),
+    ("a value outside the choices", {"kv-cache-dtype": "fp4"}, [(E, "serve_config.kv-cache-dtype")], "fp8"),
+    ("an empty list", {"served-model-name": []}, [(E, "serve_config.served-model-name")], "dropped"),
+]
+
+
+@pytest.mark.parametrize(("serve", "expected", "phrase"), [pytest.param(*case[1:], id=case[0]) for case in SERVE_CASES])
+def test_serve_config_against_the_installed_parser(
+    serve: Dict[str, Any], expected: List[Tuple[str, str]], phrase: Optional[str]
+) -> None:
+    result = preflight({}, vllm_facts=facts(), serve_config=serve)
+    assert levels_and_fields(result) == sorted(expected), result["findings"]
+    if phrase:
+        assert phrase in result["findings"][0]["message"], result["findings"]
+
+
+def test_false_for_a_switch_whose_negative_0_33_spells_disable() -> None:
+    # 0.33.0: --enable-cascade-attn is an alias of --no-disable-cascade-attn; there is no --no-enable-cascade-attn
+    result = preflight({}, vllm_facts=facts("0.33.0", "0.33.0"), serve_config={"no-enable-cascade-attn": True})
+    assert levels_and_fields(result) == [(E, "serve_config.enable-cascade-attn")]
+    assert "Fix: set disable-cascade-attn: true instead" in result["findings"][0]["message"]
+    # what the negatable flags that have a --no- form get instead: accepted
+    assert (
+        preflight({}, vllm_facts=facts("0.33.0", "0.33.0"), serve_config={"no-enable-prefix-caching": True})["findings"]
+        == []
+    )
+
+
+def test_serve_config_without_capabilities_is_not_checked_and_says_so() -> None:
+    result = preflight({}, vllm_facts=facts(caps=None), serve_config={"brand-new-knob": 1})
+    assert levels_and_fields(result) == [(W, "serve_config")]
+    assert "timed out" in result["findings"][0]["message"]
+
+
+def test_serve_config_must_be_a_mapping() -> None:
+    with pytest.raises(PreflightError, match=r"^serve_config: expected a dict"):
+        preflight({}, vllm_facts=facts(), serve_config=["port"])  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- every release, as captured
+
+# The seed's drafter (4 sliding + 1 full layers) with the serve config dflash_config writes, on each release:
+# what its captured capabilities and its probes (run on its sources' excerpts) make of it.
+SEED_VERDICT = {
+    "0.20.1": ["drafter_config.dflash_config.target_layer_ids", "drafter_config.layer_types"],
+    "0.22.0": ["drafter_config.layer_types"],
+    "0.24.0": ["drafter_config.layer_types"],
+    "0.26.0": [],
+    "0.28.0": [],
+    "0.30.0": [],
+    "0.33.0": [],
+}
+SERVE = {
+    "model": "Qwen/Qwen3.6-27B",
+    "host": "127.0.0.1",
+    "port": 8000,
+    "tensor-parallel-size": 2,
+    "served-model-name": "qwen36",
+    "no-enable-prefix-caching": True,
+    "speculative-config": {"method": "dflash", "model": "z-lab/Qwen3.6-27B-DFlash"},
+}
+
+
+def probed(version: str) -> Dict[str, bool]:
+    return {name: bool(re.search(p["pattern"], snippet(version, p["path"]))) for name, p in PROBE_BY_NAME.items()}
+
+
+@pytest.mark.parametrize("version", sorted(SEED_VERDICT))
+def test_the_seed_drafter_on_every_release(version: str) -> None:
+    vllm_facts = {"version": version, "probes": probed(version), "capabilities": capabilities(version)}
+    result = preflight(DFLASH, drafter_config=QWEN36, vllm_facts=vllm_facts, tensor_parallel_size=2, serve_config=SERVE)
+    assert sorted(f["field"] for f in result["findings"] if f["level"] == E) == SEED_VERDICT[version], result
+    assert result["capabilities_used"] == "vllm"
+    assert result["speculative_config"]["num_speculative_tokens"] == 15
+
+
+SOURCES = Path("/work/vllm-src")  # unpacked PyPI wheels (make compat), where present
+
+
+@pytest.mark.skipif(not SOURCES.is_dir(), reason="no unpacked vLLM wheels in /work/vllm-src")
+@pytest.mark.parametrize("version", [v for v in VERSIONS if (SOURCES / v / "vllm").is_dir()])
+def test_probes_on_the_whole_files_of_each_wheel(version: str) -> None:
+    for name, probe in PROBE_BY_NAME.items():
+        path = SOURCES / version / "vllm" / probe["path"]
+        text = path.read_text() if path.is_file() else ""
+        assert len(re.findall(probe["pattern"], text)) == (1 if version in EXPECTED_MATCHES[name] else 0), name

@@ -1,12 +1,13 @@
 # Copyright (c) vllm_ops.dflash contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Preflight of a vLLM speculative config and its DFlash drafter against the installed vLLM.
+"""Preflight of a vLLM serve config, its speculative config and its DFlash drafter against the installed vLLM.
 
-Every rule mirrors what vLLM 0.26.0 does with the same input (``vllm/config/speculative.py``,
-``vllm/config/vllm.py``, ``vllm/model_executor/models/qwen3_dflash.py``), so that a config that
-would crash the service, or worse run with a drafter that silently accepts nothing, is refused
-before the restart. What depends on the installed checkout (the seed's bugs) is not guessed from
-the version string: it is read from the boolean probes that ``vllm_facts`` ran on its sources.
+A config that would crash the service, or worse run with a drafter that silently accepts nothing, is
+refused before any file changes. What vLLM accepts (methods, sampler values, SpeculativeConfig fields,
+registered draft architectures, attention backends, the flags of `vllm serve`) is what the installed vLLM
+answered itself: the `capabilities` of `vllm_facts`. Only when it could not answer are the tables of
+``_vllm_data.py`` used, and the result says which. What no API tells (the seed's bugs in the sources) is
+read from the boolean probes `vllm_facts` ran on the release's files, never guessed from the version.
 
 Standard library only: this runs on the target's system Python.
 """
@@ -14,145 +15,26 @@ Standard library only: this runs on the target's system Python.
 from __future__ import annotations
 
 import difflib
-import json
 import os
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from ansible_collections.vllm_ops.dflash.plugins.module_utils import _vllm_data as data
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import sha256_file
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._drafter import (
+    SLIDING_ATTENTION,
+    PreflightError,
+    as_int,
+    dflash_needs_non_causal,
+    is_int,
+    load_drafter_config,
+    mapping,
+    message,
+)
+
+__all__ = ["DEFAULT_CAPABILITY_PROBES", "ERROR", "WARNING", "PreflightError", "parse_env_flag", "preflight"]
 
 ERROR = "error"
 WARNING = "warning"
-
-# Deprecated method names that vLLM rewrites to "mtp" (MTPModelTypes, vllm/config/speculative.py).
-MTP_METHOD_ALIASES = (
-    "deepseek_mtp",
-    "mimo_mtp",
-    "mimo_v2_mtp",
-    "glm4_moe_mtp",
-    "glm4_moe_lite_mtp",
-    "glm_ocr_mtp",
-    "ernie_mtp",
-    "nemotron_h_mtp",
-    "exaone_moe_mtp",
-    "exaone4_5_mtp",
-    "qwen3_next_mtp",
-    "qwen3_5_mtp",
-    "longcat_flash_mtp",
-    "minimax_m3_mtp",
-    "bailing_hybrid_mtp",
-    "pangu_ultra_moe_mtp",
-    "step3p5_mtp",
-    "hy_v3_mtp",
-    "gemma4_mtp",
-    "inkling_mtp",
-)
-# SpeculativeMethod of vLLM 0.26.0, after its aliases are folded.
-SPECULATIVE_METHODS = (
-    "ngram",
-    "medusa",
-    "mlp_speculator",
-    "draft_model",
-    "suffix",
-    "custom_class",
-    "eagle",
-    "eagle3",
-    "extract_hidden_states",
-    "mtp",
-    "dflash",
-    "ngram_gpu",
-    "dspark",
-)
-# Methods that load a draft checkpoint named by `model`.
-METHODS_NEEDING_MODEL = ("draft_model", "eagle", "eagle3", "dflash", "medusa", "mlp_speculator")
-# Methods for which vLLM finds num_speculative_tokens itself (suffix: tree depth; mtp/dspark: n_predict).
-METHODS_WITH_OWN_K = ("suffix", "mtp", "dspark")
-
-# Fields a user may set in SpeculativeConfig (vLLM 0.26.0; the class forbids extra fields).
-SPECULATIVE_FIELDS = (
-    "enforce_eager",
-    "num_speculative_tokens",
-    "model",
-    "method",
-    "draft_tensor_parallel_size",
-    "tensor_parallel_size",
-    "quantization",
-    "moe_backend",
-    "attention_backend",
-    "kv_cache_dtype",
-    "max_model_len",
-    "revision",
-    "code_revision",
-    "disable_padded_drafter_batch",
-    "use_local_argmax_reduction",
-    "use_heterogeneous_vocab",
-    "prompt_lookup_max",
-    "prompt_lookup_min",
-    "parallel_drafting",
-    "num_speculative_tokens_per_batch_size",
-    "suffix_decoding_max_tree_depth",
-    "suffix_decoding_max_cached_requests",
-    "suffix_decoding_max_spec_factor",
-    "suffix_decoding_min_token_prob",
-    "draft_load_config",
-    "rejection_sample_method",
-    "synthetic_acceptance_rates",
-    "synthetic_acceptance_length",
-    "draft_sample_method",
-)
-REJECTION_SAMPLE_METHODS = ("standard", "synthetic", "block")
-DRAFT_SAMPLE_METHODS = ("greedy", "probabilistic")
-
-# AttentionBackendEnum of vLLM 0.26.0 (vllm/v1/attention/backends/registry.py).
-ATTENTION_BACKENDS = (
-    "FLASH_ATTN",
-    "FLASH_ATTN_DIFFKV",
-    "TRITON_ATTN",
-    "TRITON_ATTN_DIFFKV",
-    "ROCM_ATTN",
-    "ROCM_AITER_MLA",
-    "ROCM_AITER_TRITON_MLA",
-    "ROCM_AITER_FA",
-    "ROCM_AITER_MLA_SPARSE",
-    "XPU_MLA_SPARSE",
-    "TORCH_SDPA",
-    "FLASHINFER",
-    "FLASHINFER_MLA",
-    "TOKENSPEED_MLA",
-    "FLASHINFER_MLA_SPARSE",
-    "FLASHINFER_MLA_SPARSE_SM120",
-    "TRITON_MLA",
-    "CUTLASS_MLA",
-    "FLASHMLA",
-    "FLASHMLA_SPARSE",
-    "FLASHMLA_SPARSE_DSV4",
-    "FLASHINFER_MLA_SPARSE_DSV4",
-    "ROCM_FLASHMLA_SPARSE_DSV4",
-    "FLASH_ATTN_MLA",
-    "FLASH_ATTN_MLA_SPARSE",
-    "MINIMAX_M3_SPARSE",
-    "NO_ATTENTION",
-    "FLEX_ATTENTION",
-    "HPC_ATTN",
-    "ROCM_AITER_UNIFIED_ATTN",
-    "CPU_ATTN",
-    "TURBOQUANT",
-    "CUSTOM",
-)
-# Backends whose supports_non_causal() is True in vLLM 0.26.0 (the *_DIFFKV ones inherit it).
-NON_CAUSAL_BACKENDS = (
-    "FLASH_ATTN",
-    "FLASH_ATTN_DIFFKV",
-    "TRITON_ATTN",
-    "TRITON_ATTN_DIFFKV",
-    "FLEX_ATTENTION",
-    "FLASHINFER",
-    "ROCM_ATTN",
-    "ROCM_AITER_FA",
-    "CPU_ATTN",
-)
-# Draft architectures vLLM 0.26.0 registers for DFlash (vllm/model_executor/models/registry.py).
-DFLASH_ARCHITECTURES = ("DFlashDraftModel", "DFlashLagunaForCausalLM")
-SLIDING_ATTENTION = "sliding_attention"
 V2_RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
 
 # question -> probe name in vllm_facts.probes; the probes themselves are data (docs/probes.md).
@@ -164,169 +46,14 @@ DEFAULT_CAPABILITY_PROBES = {
     "mixed_attention_v2": "dflash_mixed_attention_v2",
     "mixed_attention_auto_v2": "dflash_mixed_attention_auto_v2",
 }
-
-
-# Releases in which each probe first matches (docs/probes.md), for the fixes the findings propose.
-AUX_OFFSET_FIX = (
-    "deploy a vLLM with the +1 conversion of target_layer_ids (V1 runner: 0.22.0+, V2: 0.24.0+; e.g. 0.26.0)"
-)
-SLIDING_FIX = (
-    "deploy a vLLM whose DFlash drafter honours layer_types/sliding_window (0.25.0+, or 0.26.0+ for mixed layers)"
-)
-
-
-def message(field: str, problem: str, fix: str) -> str:
-    return f"{field}: {problem}. Fix: {fix}"
-
-
-class PreflightError(Exception):
-    """The input cannot be checked at all; the message names the input and the fix."""
-
-    def __init__(self, field: str, problem: str, fix: str) -> None:
-        super().__init__(message(field, problem, fix))
-        self.field = field
-
-
-# --------------------------------------------------------------------------- drafter config
-
-
-def _read_json_object(path: str) -> Dict[str, Any]:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except OSError as exc:
-        raise PreflightError(
-            "drafter_config",
-            f"cannot read {path} ({exc.strerror or exc})",
-            "point drafter_config at the drafter's config.json, its model directory or the Hugging Face cache",
-        ) from exc
-    except ValueError as exc:
-        raise PreflightError(
-            "drafter_config",
-            f"{path} is not valid JSON ({exc})",
-            "download the drafter again (the file is truncated or was edited by hand)",
-        ) from exc
-    if not isinstance(data, dict):
-        raise PreflightError(
-            "drafter_config",
-            f"{path} holds a JSON {type(data).__name__}, not an object",
-            "point drafter_config at the drafter's config.json",
-        )
-    return data
-
-
-def _snapshot_dir(repo_dir: str, revision: Optional[str]) -> str:
-    """The snapshot of a Hugging Face cache repo dir (`models--org--name`) that vLLM would load."""
-    snapshots = os.path.join(repo_dir, "snapshots")
-    ref_file = os.path.join(repo_dir, "refs", revision or "main")
-    if os.path.isfile(ref_file):
-        with open(ref_file, encoding="utf-8") as handle:
-            return os.path.join(snapshots, handle.read().strip())
-    if revision and os.path.isdir(os.path.join(snapshots, revision)):
-        return os.path.join(snapshots, revision)
-    found = sorted(os.listdir(snapshots)) if os.path.isdir(snapshots) else []
-    if len(found) == 1 and not revision:
-        return os.path.join(snapshots, found[0])
-    raise PreflightError(
-        "drafter_config",
-        f"cannot tell which snapshot of {repo_dir} to use (revision {revision or 'main'}, "
-        f"snapshots: {', '.join(found) or 'none'})",
-        "set speculative_config.revision to one of them, or point drafter_config at the snapshot directory",
-    )
-
-
-def locate_drafter_config(path: str, model_id: Optional[str] = None, revision: Optional[str] = None) -> str:
-    """The drafter's config.json from a file, a model or snapshot dir, a cache repo dir or a cache root.
-
-    A cache root (`~/.cache/huggingface` or its `hub/`) needs the model id, e.g. `z-lab/Qwen3.6-27B-DFlash`.
-    """
-    path = os.path.expanduser(path)
-    if os.path.isfile(path):
-        return path
-    if not os.path.isdir(path):
-        raise PreflightError(
-            "drafter_config",
-            f"{path} does not exist on this host",
-            "download the drafter first (e.g. `hf download <model>`) or correct the path",
-        )
-    if os.path.isfile(os.path.join(path, "config.json")):
-        return os.path.join(path, "config.json")
-    if os.path.basename(os.path.normpath(path)).startswith("models--"):
-        return os.path.join(_snapshot_dir(path, revision), "config.json")
-    if model_id and "/" in model_id and not os.path.isabs(model_id):
-        repo_name = "models--" + model_id.replace("/", "--")
-        for root in (path, os.path.join(path, "hub")):
-            if os.path.isdir(os.path.join(root, repo_name)):
-                return os.path.join(_snapshot_dir(os.path.join(root, repo_name), revision), "config.json")
-    cached = f" and no cached {model_id} under it" if model_id else ""
-    raise PreflightError(
-        "drafter_config",
-        f"no config.json in {path}{cached}",
-        "point drafter_config at the drafter's config.json, its model directory or the Hugging Face cache holding it",
-    )
-
-
-def _from_speculators_format(config: Mapping[str, Any]) -> Dict[str, Any]:
-    """The HF config vLLM builds from a vllm-project/speculators DFlash checkpoint (speculators/algos.py)."""
-    view = dict(config.get("transformer_layer_config") or {})
-    aux_ids = config.get("aux_hidden_state_layer_ids")
-    # Speculators name the aux hidden state (layer L's output is L + 1), DFlash names the layer L (vllm#40727).
-    shifted = [i - 1 for i in aux_ids] if isinstance(aux_ids, list) and all(map(_is_int, aux_ids)) else aux_ids
-    view["architectures"] = ["DFlashDraftModel"]
-    view["eagle_aux_hidden_state_layer_ids"] = aux_ids
-    view["dflash_config"] = {
-        "mask_token_id": config.get("mask_token_id"),
-        "target_layer_ids": shifted,
-        "causal": not config.get("sliding_window_non_causal", True),
-    }
-    for key in ("block_size", "num_target_layers"):
-        view.setdefault(key, config.get(key))
-    return view
-
-
-def load_drafter_config(
-    source: Any, model_id: Optional[str] = None, revision: Optional[str] = None
-) -> Tuple[Dict[str, Any], Optional[str]]:
-    """(the drafter's HF config as vLLM sees it, the file it was read from, or None for a dict)."""
-    path: Optional[str] = None
-    if isinstance(source, Mapping):
-        config = dict(source)
-    elif isinstance(source, str) and source:
-        path = locate_drafter_config(source, model_id, revision)
-        config = _read_json_object(path)
-    else:
-        raise PreflightError(
-            "drafter_config",
-            f"expected a path or a dict, got {type(source).__name__}",
-            "pass the path of the drafter's config.json (or its directory), or the parsed dict",
-        )
-    if config.get("speculators_model_type") == "dflash":
-        config = _from_speculators_format(config)
-    return config, path
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _as_int(value: Any) -> Optional[int]:
-    """An int, or a string of digits as Jinja templating leaves it; None for anything else."""
-    if _is_int(value):
-        return int(value)
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value.strip())
-    return None
+# Capability keys where an empty list is an answer (the field or the aliases do not exist), not a failure.
+_EMPTY_IS_AN_ANSWER = ("mtp_aliases", "rejection_sample_methods", "draft_sample_methods")
+# A top-level `is_causal` in the drafter config is read from this release on.
+_IS_CAUSAL_SINCE = (0, 28, 0)
 
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
 
 
 def parse_env_flag(value: Any) -> Optional[bool]:
@@ -339,32 +66,22 @@ def parse_env_flag(value: Any) -> Optional[bool]:
     return bool(int(str(value)))
 
 
-def dflash_needs_non_causal(drafter: Mapping[str, Any]) -> bool:
-    """Whether any drafter layer is non-causal (dflash_has_any_non_causal in vLLM 0.26.0 qwen3_dflash.py).
-
-    `dflash_config.causal` overrides every layer; otherwise only sliding-window layers are causal.
-    """
-    override = _mapping(drafter.get("dflash_config")).get("causal")
-    if override is not None:
-        return not override
-    layer_types = drafter.get("layer_types")
-    layer_types = layer_types if isinstance(layer_types, list) else []
-    num_layers = _as_int(drafter.get("num_hidden_layers"))
-    if num_layers is None:
-        num_layers = max(len(layer_types), 1)
-    return not all(i < len(layer_types) and layer_types[i] == SLIDING_ATTENTION for i in range(num_layers))
-
-
 def _unwrap_facts(vllm_facts: Optional[Mapping[str, Any]]) -> Mapping[str, Any]:
     """ansible_facts.vllm itself, or the same taken out of a registered vllm_facts result."""
     facts: Mapping[str, Any] = vllm_facts or {}
-    facts = _mapping(facts.get("ansible_facts")) or facts
+    facts = mapping(facts.get("ansible_facts")) or facts
     if "probes" not in facts and isinstance(facts.get("vllm"), Mapping):
         facts = facts["vllm"]
     return facts
 
 
-# --------------------------------------------------------------------------- checks
+def _close(name: str, choices: Sequence[str], cutoff: float = 0.6) -> List[str]:
+    return difflib.get_close_matches(name, list(choices), n=3, cutoff=cutoff)
+
+
+def _one_of(choices: Sequence[str], limit: int = 40) -> str:
+    shown = ", ".join(sorted(choices)[:limit])
+    return shown + (f" (and {len(choices) - limit} more)" if len(choices) > limit else "")
 
 
 class _Preflight:
@@ -376,11 +93,18 @@ class _Preflight:
     ) -> None:
         facts = _unwrap_facts(vllm_facts)
         self.version = str(facts.get("version") or "(version unknown)")
-        self.probes = _mapping(facts.get("probes"))
-        self.probe_errors = _mapping(facts.get("probe_errors"))
+        self.probes = mapping(facts.get("probes"))
+        self.probe_errors = mapping(facts.get("probe_errors"))
+        self.capabilities = mapping(facts.get("capabilities"))
+        self.capability_errors = mapping(self.capabilities.get("errors"))
+        self.capabilities_error = facts.get("capabilities_error")
+        self.fallback_release = data.fallback_release(facts.get("version"))
+        self.fallback_keys: List[str] = []
         self.capability_probes = dict(DEFAULT_CAPABILITY_PROBES)
         self.capability_probes.update(capability_probes or {})
         self.env = env or {}
+        release = data.release_tuple(facts.get("version"))
+        self.honours_is_causal = release is None or release >= _IS_CAUSAL_SINCE
         self.findings: List[Dict[str, str]] = []
 
     def error(self, field: str, problem: str, fix: str) -> None:
@@ -388,6 +112,52 @@ class _Preflight:
 
     def warn(self, field: str, problem: str, fix: str) -> None:
         self.findings.append({"level": WARNING, "field": field, "message": message(field, problem, fix)})
+
+    # ----------------------------------------------------------------------- what vLLM accepts
+
+    def from_installed(self, key: str) -> bool:
+        """Whether the installed vLLM answered for a capability key."""
+        if key in self.capability_errors or key not in self.capabilities:
+            return False
+        value = self.capabilities[key]
+        if key == "default_model_runner":  # null: the release picks per model
+            return value in ("v1", "v2", None)
+        return value is not None and (value != [] or key in _EMPTY_IS_AN_ANSWER)
+
+    def installed(self, key: str) -> Any:
+        """The installed vLLM's own answer for a capability key; None when it gave none."""
+        return self.capabilities[key] if self.from_installed(key) else None
+
+    def accepts(self, key: str) -> Any:
+        """The installed vLLM's answer, else (noted for the fallback finding) the table of _vllm_data."""
+        if self.from_installed(key):
+            return self.capabilities[key]
+        if key not in self.fallback_keys:
+            self.fallback_keys.append(key)
+        return data.RELEASES[self.fallback_release][key]
+
+    def source(self, key: str) -> str:
+        if self.from_installed(key):
+            return f"vLLM {self.version}"
+        return f"the fallback table of vLLM {self.fallback_release}"
+
+    def report_fallback(self) -> None:
+        if not self.fallback_keys:
+            return
+        if not self.capabilities:
+            why = f"vllm_facts has no capabilities of this vLLM {self.version}"
+            if self.capabilities_error:
+                why += f" ({self.capabilities_error})"
+        else:
+            failed = {key: self.capability_errors.get(key, "not returned") for key in self.fallback_keys}
+            why = "the installed vLLM did not answer " + "; ".join(f"{k}: {v}" for k, v in failed.items())
+        self.warn(
+            "vllm_facts.capabilities",
+            f"{why}, so {', '.join(self.fallback_keys)} were judged against the fallback tables of vLLM "
+            f"{self.fallback_release} (_vllm_data.py), which may differ from what this release accepts",
+            "make `import vllm.config` work in the release venv (or raise vllm_facts capabilities_timeout) and "
+            "re-run vllm_facts",
+        )
 
     def probe(self, question: str) -> Optional[bool]:
         """The probe's answer; None, with an error finding, when it was not run or failed."""
@@ -426,25 +196,27 @@ class _Preflight:
                     f"keep one spelling: {name}",
                 )
             out[name] = value
+        fields = self.accepts("speculative_fields")
         for name in out:
-            if name in SPECULATIVE_FIELDS:
+            if name in fields:
                 continue
             field = f"speculative_config.{name}"
-            close = difflib.get_close_matches(name, SPECULATIVE_FIELDS, n=1, cutoff=0.8)
+            close = _close(name, fields, cutoff=0.7)
+            problem = (
+                f"not a SpeculativeConfig field of {self.source('speculative_fields')}, and vLLM refuses unknown fields"
+            )
             if close:
-                self.error(
-                    field, "not a SpeculativeConfig field (vLLM refuses unknown fields)", f"rename it {close[0]}"
-                )
-            else:
-                self.warn(
-                    field,
-                    "not a SpeculativeConfig field of vLLM 0.26.0, and vLLM refuses unknown fields",
-                    "remove it, unless the pinned vLLM added this field",
-                )
+                self.error(field, problem, f"rename it {' or '.join(close)}")
+            elif self.from_installed("speculative_fields"):
+                self.error(field, problem, f"remove it; its fields are {_one_of(fields, limit=60)}")
+            else:  # a table may miss a field the installed release added
+                self.warn(field, problem, "remove it, unless the installed vLLM added this field")
         return out
 
     def resolve_method(self, spec: Mapping[str, Any]) -> Optional[str]:
         """The method vLLM will run (SpeculativeConfig.__post_init__), or None when vLLM would refuse it."""
+        methods = self.accepts("speculative_methods")
+        aliases = [name for name in self.accepts("mtp_aliases") if name != "mtp"]
         model = spec.get("model")
         given = spec.get("method")
         field = "speculative_config.method"
@@ -453,29 +225,26 @@ class _Preflight:
         elif isinstance(given, str):
             method = "ngram" if given == "[ngram]" else given
         else:
-            self.error(field, f"must be a string, got {given!r}", f"set one of {', '.join(SPECULATIVE_METHODS)}")
+            self.error(field, f"must be a string, got {given!r}", f"set one of {_one_of(methods)}")
             return None
-        if method in MTP_METHOD_ALIASES:
-            self.warn(field, f"{method} is deprecated and vLLM replaces it with mtp", "set method: mtp")
-            method = "mtp"
-        if method not in SPECULATIVE_METHODS:
-            close = difflib.get_close_matches(method, SPECULATIVE_METHODS, n=1)
+        if method not in methods and method not in aliases:
+            plain = [m for m in methods if m not in aliases]
+            close = _close(method, plain)
             self.error(
                 field,
-                f"unknown speculative method {method!r} (vLLM: Unsupported speculative method)",
-                f"use {close[0]}" if close else f"use one of {', '.join(SPECULATIVE_METHODS)}",
+                f"{method!r} is not a speculative method of {self.source('speculative_methods')} "
+                "(vLLM refuses the config at startup)",
+                f"use {' or '.join(close)}" if close else f"use one of {_one_of(plain)}",
             )
             return None
+        if method in aliases:
+            self.warn(field, f"{method} is deprecated and vLLM replaces it with mtp", "set method: mtp")
+            method = "mtp"
         # vLLM re-detects draft-checkpoint methods from the model name, whether or not a method was given.
-        if isinstance(model, str) and method in ("draft_model", "medusa", "mlp_speculator", "mtp"):
+        if isinstance(model, str) and method in data.METHODS_REDETECTED:
             lowered = model.lower()
-            for marker, detected in (
-                ("eagle-", "eagle"),
-                ("eagle3", "eagle3"),
-                ("dflash", "dflash"),
-                ("dspark", "dspark"),
-            ):
-                if marker in lowered:
+            for marker, detected in data.METHOD_MARKERS:
+                if marker in lowered and detected in methods:
                     if given is not None:
                         self.warn(
                             field,
@@ -486,7 +255,7 @@ class _Preflight:
         return method
 
     def check_model(self, spec: Mapping[str, Any], method: Optional[str]) -> None:
-        if method in METHODS_NEEDING_MODEL and not spec.get("model"):
+        if method in data.METHODS_NEEDING_MODEL and not spec.get("model"):
             self.error(
                 "speculative_config.model",
                 f"missing, and method {method} loads a draft checkpoint",
@@ -498,18 +267,18 @@ class _Preflight:
     ) -> Optional[int]:
         """K after defaulting (written back into spec), or None when missing or invalid."""
         field = "speculative_config.num_speculative_tokens"
-        block_size = _as_int(drafter.get("block_size")) if drafter else None
+        block_size = as_int(drafter.get("block_size")) if drafter else None
         raw = spec.get("num_speculative_tokens")
         if raw is None:
             if method == "dflash" and block_size is not None and block_size > 1:
                 # vLLM itself has no default for DFlash: without K it refuses to start.
                 spec["num_speculative_tokens"] = block_size - 1
                 return block_size - 1
-            if method is not None and method not in METHODS_WITH_OWN_K:
+            if method is not None and method not in data.METHODS_WITH_OWN_K:
                 why = " and the drafter has no block_size to default from" if method == "dflash" else ""
                 self.error(field, f"missing{why}", "set it; DFlash drafters use their block_size - 1, e.g. 15 for 16")
             return None
-        k = _as_int(raw)
+        k = as_int(raw)
         if k is None:
             self.error(field, f"must be an integer, got {raw!r}", "set a positive integer such as 15")
             return None
@@ -532,7 +301,7 @@ class _Preflight:
                 "not valid inside the speculative config (vLLM raises ValueError)",
                 "rename it draft_tensor_parallel_size (1 or the target's tensor_parallel_size)",
             )
-        target_tp = _as_int(tensor_parallel_size)
+        target_tp = as_int(tensor_parallel_size)
         if target_tp is None or target_tp < 1:
             self.error(
                 "tensor_parallel_size",
@@ -544,7 +313,7 @@ class _Preflight:
         if raw is None:
             return
         field = "speculative_config.draft_tensor_parallel_size"
-        draft_tp = _as_int(raw)
+        draft_tp = as_int(raw)
         if draft_tp is None or draft_tp < 1:
             self.error(field, f"must be a positive integer, got {raw!r}", f"set 1 or {target_tp}")
         elif draft_tp not in (1, target_tp):
@@ -554,17 +323,25 @@ class _Preflight:
                 f"set 1 or {target_tp}",
             )
 
-    def check_sampling(self, spec: Mapping[str, Any], k: Optional[int]) -> None:
-        method = spec.get("rejection_sample_method", "standard")
-        if method not in REJECTION_SAMPLE_METHODS:
+    def _check_choice(self, spec: Mapping[str, Any], name: str, key: str) -> Any:
+        value = spec.get(name)
+        if value is None:
+            return None
+        choices = self.accepts(key)
+        if value not in choices:
             self.error(
-                "speculative_config.rejection_sample_method",
-                f"unknown value {method!r}",
-                f"use one of {', '.join(REJECTION_SAMPLE_METHODS)}",
+                f"speculative_config.{name}",
+                f"{value!r} is not a value {self.source(key)} accepts",
+                f"use one of {', '.join(choices)}" if choices else f"remove it: {self.source(key)} has no {name}",
             )
-        elif method == "synthetic":
+            return None
+        return value
+
+    def check_sampling(self, spec: Mapping[str, Any], k: Optional[int]) -> None:
+        method = self._check_choice(spec, "rejection_sample_method", "rejection_sample_methods")
+        if method == "synthetic":
             self._check_synthetic(spec.get("synthetic_acceptance_rates"), spec.get("synthetic_acceptance_length"), k)
-        else:
+        elif method is not None or spec.get("rejection_sample_method") is None:
             for name in ("synthetic_acceptance_rates", "synthetic_acceptance_length"):
                 if spec.get(name) is not None:
                     self.error(
@@ -572,13 +349,7 @@ class _Preflight:
                         "only valid with rejection_sample_method: synthetic (vLLM raises ValueError)",
                         "remove it (or set rejection_sample_method: synthetic in a test deployment)",
                     )
-        draft_sample = spec.get("draft_sample_method", "greedy")
-        if draft_sample not in DRAFT_SAMPLE_METHODS:
-            self.error(
-                "speculative_config.draft_sample_method",
-                f"unknown value {draft_sample!r}",
-                f"use one of {', '.join(DRAFT_SAMPLE_METHODS)}",
-            )
+        self._check_choice(spec, "draft_sample_method", "draft_sample_methods")
 
     def _check_synthetic(self, rates: Any, length: Any, k: Optional[int]) -> None:
         if (rates is None) == (length is None):
@@ -616,32 +387,55 @@ class _Preflight:
                 "sort them in decreasing order",
             )
 
-    def check_attention_backend(
-        self, spec: Mapping[str, Any], method: Optional[str], drafter: Optional[Mapping[str, Any]]
-    ) -> None:
-        backend = spec.get("attention_backend")
-        if backend is None or str(backend).lower() == "auto":
-            return
-        field = "speculative_config.attention_backend"
+    def _backend_name(self, field: str, backend: Any) -> Optional[str]:
+        """The enum name of a backend vLLM accepts; None (with an error when unknown) for auto or bad ones."""
+        if backend is None or str(backend).lower() in ("", "auto"):
+            return None
         name = str(backend).upper()
-        if name not in ATTENTION_BACKENDS:
-            close = difflib.get_close_matches(name, ATTENTION_BACKENDS, n=1)
+        backends = self.accepts("attention_backends")
+        if name not in backends:
+            close = _close(name, backends)
             self.error(
                 field,
-                f"unknown attention backend {backend!r} (vLLM raises ValueError)",
-                f"use {close[0] if close else 'FLASH_ATTN, or auto'}",
+                f"{backend!r} is not an attention backend of {self.source('attention_backends')} (vLLM raises "
+                "ValueError)",
+                f"use {' or '.join(close)}" if close else f"use one of {_one_of(backends)}, or auto",
             )
-        elif (
-            method == "dflash"
-            and name not in NON_CAUSAL_BACKENDS
-            and (drafter is None or dflash_needs_non_causal(drafter))
+            return None
+        return name
+
+    def check_attention_backend(
+        self,
+        spec: Mapping[str, Any],
+        method: Optional[str],
+        drafter: Optional[Mapping[str, Any]],
+        serve_backend: Any,
+    ) -> None:
+        own = spec.get("attention_backend")
+        if own is not None and str(own).lower() != "auto":
+            field = "speculative_config.attention_backend"
+            name = self._backend_name(field, own)
+            fix = "set attention_backend: FLASH_ATTN, or leave it unset so that vLLM picks one"
+        else:
+            # The drafter inherits the serve-level backend when its own is unset (_DRAFT_VLLM_CONFIG_OVERRIDES).
+            field = "serve_config.attention-backend"
+            name = self._backend_name(field, serve_backend)
+            fix = (
+                "set speculative_config.attention_backend: FLASH_ATTN for the drafter, or a serve-level "
+                "attention-backend with non-causal attention"
+            )
+        if (
+            name is not None
+            and method == "dflash"
+            and name not in data.NON_CAUSAL_BACKENDS
+            and (drafter is None or dflash_needs_non_causal(drafter, self.honours_is_causal))
         ):
             # vllm/platforms/cuda.py raises "Selected backend ... is not valid" for an explicit backend.
             self.error(
                 field,
                 f"{name} has no non-causal attention, which this DFlash drafter needs: vLLM refuses the selected "
                 "backend at startup ('non-causal attention not supported')",
-                "set attention_backend: FLASH_ATTN, or leave it unset so that vLLM picks one",
+                fix,
             )
 
     def check_env(self) -> None:
@@ -654,6 +448,96 @@ class _Preflight:
                 f"{value!r} is not an integer, and vLLM reads it with int() and fails to start",
                 "set it to '1' or '0' (quoted in YAML)",
             )
+
+    # ----------------------------------------------------------------------- serve config
+
+    def check_serve_config(self, serve: Mapping[str, Any]) -> None:
+        """Every key of the `vllm serve --config` YAML against the installed vLLM's own `serve` parser."""
+        flags = mapping(self.installed("serve_flags"))
+        if not flags:
+            reason = self.capability_errors.get("serve_flags") or self.capabilities_error or "capabilities unavailable"
+            self.warn(
+                "serve_config",
+                f"not checked against the flags of vLLM {self.version}'s own parser ({reason}); an unknown flag "
+                "makes vLLM exit at startup",
+                "make `import vllm` work in the release venv and re-run vllm_facts",
+            )
+            return
+        names = sorted(flag[2:] for flag in flags if str(flag).startswith("--"))
+        for key, value in serve.items():
+            self._check_serve_flag(str(key), value, flags, names)
+
+    def _check_serve_flag(self, key: str, value: Any, flags: Mapping[str, Any], names: Sequence[str]) -> None:
+        field = f"serve_config.{key}"
+        name = key.replace("_", "-")  # vLLM's parser takes --a_b as --a-b
+        spec = mapping(flags.get("--" + name))
+        if not spec:
+            positive = name[3:] if name.startswith("no-") else None
+            plain = mapping(flags.get("--" + positive)) if positive else {}
+            if plain and value is True:
+                # A `false` rendered as no-<flag>: true (the loader drops a YAML false) that this vLLM cannot parse.
+                self._refuse_false(str(positive), plain, flags)
+                return
+            close = _close(name, names)
+            self.error(
+                field,
+                f"--{name} is not a flag of vLLM {self.version}'s `vllm serve` (it exits at startup: unrecognized "
+                "arguments)",
+                f"rename it {' or '.join(close)}" if close else "remove it (see `vllm serve --help`)",
+            )
+            return
+        if isinstance(value, bool):
+            if value is False:  # serve.yaml.j2 writes no-<flag>: true instead
+                self.error(
+                    field,
+                    "false is dropped by vLLM's --config loader, so the flag keeps its default",
+                    f"write no-{name}: true" if spec.get("negatable") else f"remove {key}",
+                )
+            elif spec.get("takes_value"):
+                self.error(
+                    field,
+                    f"true is passed as the bare flag --{name}, but --{name} takes a value (vLLM exits at startup)",
+                    f"give its value, quoted: {key}: 'true'",
+                )
+            return
+        if isinstance(value, list) and not value:
+            self.error(field, "an empty list is dropped by vLLM's --config loader", f"remove {key} or give items")
+            return
+        choices = spec.get("choices")
+        if (
+            isinstance(choices, list)
+            and choices
+            and not isinstance(value, (list, dict))
+            and str(value) not in [str(choice) for choice in choices]
+        ):
+            self.error(
+                field,
+                f"{value!r} is not one of the values vLLM {self.version} accepts for --{name}",
+                f"use one of {', '.join(map(str, choices))}",
+            )
+
+    def _refuse_false(self, name: str, spec: Mapping[str, Any], flags: Mapping[str, Any]) -> None:
+        field = f"serve_config.{name}"
+        why = (
+            f"false is written as no-{name}: true (vLLM's --config loader drops a YAML false), and vLLM "
+            f"{self.version} has no --no-{name}"
+        )
+        if not spec.get("negatable"):
+            self.error(
+                field,
+                f"{why}: --{name} is a plain switch, off unless given",
+                f"remove {name} from vllm_serve_extra_args",
+            )
+            return
+        # 0.33 spells some negatives --disable-x, with --enable-x an alias of --no-disable-x (same dest).
+        same = sorted(flag[2:] for flag, other in flags.items() if mapping(other).get("dest") == spec.get("dest"))
+        opposite = "disable-" + name[len("enable-") :] if name.startswith("enable-") else None
+        fix = (
+            f"set {opposite}: true instead"
+            if opposite in same
+            else f"give the setting ({spec.get('dest')}) by one of {', '.join(f for f in same if f != name)}"
+        )
+        self.error(field, why, fix)
 
     # ----------------------------------------------------------------------- drafter
 
@@ -670,30 +554,41 @@ class _Preflight:
             self.error(field, "missing", "use the drafter's original config.json (architectures: [DFlashDraftModel])")
             return
         # EAGLEConfig prefixes "DFlash" to a name that lacks it (vllm/transformers_utils/configs/eagle.py).
-        loaded = [a if a.startswith("DFlash") or a.endswith("DFlash") else "DFlash" + a for a in map(str, archs)]
-        if not set(loaded) & set(DFLASH_ARCHITECTURES):
-            self.error(
-                field,
-                f"{', '.join(map(str, archs))} is not a DFlash drafter: vLLM would load {', '.join(loaded)}, "
-                "which it does not register",
-                f"set speculative_config.model to a DFlash drafter ({' or '.join(DFLASH_ARCHITECTURES)}), "
-                "or the method that matches this checkpoint",
-            )
+        loaded = [
+            a
+            if a.startswith("DFlash") or a.endswith("DFlash") or a in data.DFLASH_UNPREFIXED_ARCHITECTURES
+            else "DFlash" + a
+            for a in map(str, archs)
+        ]
+        registered = self.accepts("registered_architectures")
+        if set(loaded) & set(registered):
+            return
+        drafts = [a for a in registered if "DFlash" in a or a in data.DFLASH_UNPREFIXED_ARCHITECTURES]
+        self.error(
+            field,
+            f"{', '.join(map(str, archs))}: vLLM would load {', '.join(loaded)}, which "
+            f"{self.source('registered_architectures')} does not register",
+            f"use a drafter of an architecture it registers ({', '.join(sorted(drafts)) or 'none'}), deploy a vLLM "
+            "that registers this one, or set the method that matches this checkpoint",
+        )
 
     def _check_layer_config(self, drafter: Mapping[str, Any]) -> None:
         layer_types = drafter.get("layer_types")
-        num_layers = _as_int(drafter.get("num_hidden_layers"))
+        num_layers = as_int(drafter.get("num_hidden_layers"))
         if isinstance(layer_types, list) and num_layers is not None and len(layer_types) != num_layers:
             self.error(
                 "drafter_config.layer_types",
                 f"has {len(layer_types)} entries for num_hidden_layers {num_layers}",
                 "use the drafter's original config.json (one layer type per drafter layer)",
             )
+        # vLLM reads dflash_config.mask_token_id, else a top-level mask_token_id (V2 0.26.0+, V1 0.28.0+).
         if not any(
-            (
-                "mask_token_id" in _mapping(drafter.get("dflash_config")),
-                "pard_token" in drafter,
-                "ptd_token_id" in drafter,
+            key in source
+            for key, source in (
+                ("mask_token_id", mapping(drafter.get("dflash_config"))),
+                ("mask_token_id", drafter),
+                ("pard_token", drafter),
+                ("ptd_token_id", drafter),
             )
         ):
             self.error(
@@ -704,7 +599,7 @@ class _Preflight:
 
     def _check_target_layers(self, drafter: Mapping[str, Any]) -> None:
         field = "drafter_config.dflash_config.target_layer_ids"
-        ids = _mapping(drafter.get("dflash_config")).get("target_layer_ids")
+        ids = mapping(drafter.get("dflash_config")).get("target_layer_ids")
         explicit_aux = drafter.get("eagle_aux_hidden_state_layer_ids")
         if ids is None:
             if not explicit_aux:
@@ -715,10 +610,10 @@ class _Preflight:
                     "use the drafter's original config.json",
                 )
             return
-        if not isinstance(ids, list) or not all(_is_int(i) for i in ids):
+        if not isinstance(ids, list) or not all(is_int(i) for i in ids):
             self.error(field, f"must be a list of integers, got {ids!r}", "use the drafter's original config.json")
             return
-        num_target = _as_int(drafter.get("num_target_layers"))
+        num_target = as_int(drafter.get("num_target_layers"))
         if num_target is not None and any(not 0 <= i < num_target for i in ids):
             self.error(
                 field,
@@ -742,10 +637,10 @@ class _Preflight:
                 continue
             if self.probe(question) is False:
                 probe = self.capability_probes[question]
-                self.error(field, problem.format(version=self.version, runner=runner, probe=probe), AUX_OFFSET_FIX)
+                self.error(field, problem.format(version=self.version, runner=runner, probe=probe), data.AUX_OFFSET_FIX)
 
     def _check_sliding_window(self, drafter: Mapping[str, Any]) -> None:
-        dflash = _mapping(drafter.get("dflash_config"))
+        dflash = mapping(drafter.get("dflash_config"))
         layer_types = drafter.get("layer_types")
         layer_types = layer_types if isinstance(layer_types, list) else []
         num_sliding = sum(1 for t in layer_types if t == SLIDING_ATTENTION)
@@ -764,7 +659,7 @@ class _Preflight:
                 f"the drafter has sliding-window layers, and this vLLM {self.version} runs sliding-window drafter "
                 "layers as full attention: the drafter attends to context it was not trained on and acceptance "
                 f"collapses (probe {self.capability_probes['sliding_window']} is false)",
-                SLIDING_FIX,
+                data.SLIDING_FIX,
             )
             return
         if not 0 < num_sliding < len(layer_types):
@@ -775,7 +670,7 @@ class _Preflight:
                 field,
                 f"the drafter mixes {mix}, which this vLLM {self.version} cannot run (probe "
                 f"{self.capability_probes['mixed_attention_v2']} is false; 0.25.x raises NotImplementedError)",
-                "deploy vLLM 0.26.0 or later, which runs such drafters on the V2 model runner",
+                data.MIXED_FIX,
             )
             return
         self._check_v2_runner(mix)
@@ -789,75 +684,90 @@ class _Preflight:
         if use_v2 is False:
             self.error(
                 field,
-                f"is 0, but this vLLM runs a drafter with {mix} only on the V2 model runner "
-                "(NotImplementedError at startup)",
+                f"is 0, but this vLLM runs a drafter with {mix} only on the V2 model runner (V1 refuses it at startup)",
                 f"set {V2_RUNNER_ENV}=1, or remove it",
             )
-        elif use_v2 is None and self.probe("mixed_attention_auto_v2") is False:
+            return
+        # 0.29.0+ runs everything on V2 unless told otherwise; 0.26-0.28 pick V2 for such a drafter themselves.
+        if use_v2 or self.accepts("default_model_runner") == "v2":
+            return
+        if self.probe("mixed_attention_auto_v2") is False:
             self.error(
                 field,
-                f"unset, and this vLLM {self.version} does not pick the V2 model runner by itself for a drafter with "
-                f"{mix} (probe {self.capability_probes['mixed_attention_auto_v2']} is false), so V1 raises "
-                "NotImplementedError at startup",
+                f"unset, and this vLLM {self.version} defaults to the V1 model runner and does not switch to V2 by "
+                f"itself for a drafter with {mix} (probe {self.capability_probes['mixed_attention_auto_v2']} is "
+                "false), so V1 refuses it at startup",
                 f"set {V2_RUNNER_ENV}=1 in env",
             )
 
 
 def preflight(
-    speculative_config: Mapping[str, Any],
+    speculative_config: Optional[Mapping[str, Any]],
     drafter_config: Any = None,
     vllm_facts: Optional[Mapping[str, Any]] = None,
     tensor_parallel_size: Any = 1,
     capability_probes: Optional[Mapping[str, str]] = None,
     env: Optional[Mapping[str, Any]] = None,
+    serve_config: Optional[Mapping[str, Any]] = None,
 ) -> Dict[str, Any]:
-    """Check a speculative config (and, for DFlash, its drafter) against the installed vLLM.
+    """Check a serve config, a speculative config (and, for DFlash, its drafter) against the installed vLLM.
 
     Returns `speculative_config` (normalised: vLLM key spelling, method resolved, DFlash K defaulted),
-    `findings` (list of {level, field, message}), `error_count`, `warning_count`, `drafter_config_path` and
-    `drafter_config_sha256`.
+    `findings` (list of {level, field, message}), `error_count`, `warning_count`, `drafter_config_path`,
+    `drafter_config_sha256`, `capabilities_used` ("vllm" or "fallback") and `fallback_release` / `fallback_keys`.
     """
+    if speculative_config is None:
+        speculative_config = {}
     if not isinstance(speculative_config, Mapping):
         raise PreflightError(
             "speculative_config",
             f"expected a dict, got {type(speculative_config).__name__}",
             "pass the mapping that goes under speculative-config in the serve config",
         )
+    if serve_config is not None and not isinstance(serve_config, Mapping):
+        raise PreflightError(
+            "serve_config",
+            f"expected a dict, got {type(serve_config).__name__}",
+            "pass the mapping of the vllm serve --config YAML (long option names as keys)",
+        )
     check = _Preflight(vllm_facts, capability_probes, env)
-    spec = check.normalise_keys(speculative_config)
-    method = check.resolve_method(spec)
-    if method is not None:
-        spec["method"] = method
-    check.check_model(spec, method)
-    model = spec.get("model")
-
+    if serve_config is not None:
+        check.check_serve_config(serve_config)
+    spec: Dict[str, Any] = {}
     drafter: Optional[Dict[str, Any]] = None
     drafter_path: Optional[str] = None
-    if method == "dflash":
-        source = drafter_config
-        if source is None and isinstance(model, str) and os.path.isdir(os.path.expanduser(model)):
-            source = model
-        if source is None:
-            check.error(
-                "drafter_config",
-                f"not given, and speculative_config.model {model!r} is not a directory on this host",
-                "pass drafter_config: the drafter's config.json, its model directory or the Hugging Face cache",
-            )
-        else:
-            try:
-                drafter, drafter_path = load_drafter_config(
-                    source, model if isinstance(model, str) else None, spec.get("revision")
+    if speculative_config:
+        spec = check.normalise_keys(speculative_config)
+        method = check.resolve_method(spec)
+        if method is not None:
+            spec["method"] = method
+        check.check_model(spec, method)
+        model = spec.get("model")
+        if method == "dflash":
+            source = drafter_config
+            if source is None and isinstance(model, str) and os.path.isdir(os.path.expanduser(model)):
+                source = model
+            if source is None:
+                check.error(
+                    "drafter_config",
+                    f"not given, and speculative_config.model {model!r} is not a directory on this host",
+                    "pass drafter_config: the drafter's config.json, its model directory or the Hugging Face cache",
                 )
-            except PreflightError as exc:
-                check.findings.append({"level": ERROR, "field": exc.field, "message": str(exc)})
-
-    k = check.check_num_speculative_tokens(spec, method, drafter)
-    check.check_parallelism(spec, tensor_parallel_size)
-    check.check_sampling(spec, k)
-    check.check_attention_backend(spec, method, drafter)
-    check.check_env()
-    if drafter is not None:
-        check.check_drafter(drafter)
+            else:
+                try:
+                    drafter, drafter_path = load_drafter_config(
+                        source, model if isinstance(model, str) else None, spec.get("revision")
+                    )
+                except PreflightError as exc:
+                    check.findings.append({"level": ERROR, "field": exc.field, "message": str(exc)})
+        k = check.check_num_speculative_tokens(spec, method, drafter)
+        check.check_parallelism(spec, tensor_parallel_size)
+        check.check_sampling(spec, k)
+        check.check_attention_backend(spec, method, drafter, (serve_config or {}).get("attention-backend"))
+        check.check_env()
+        if drafter is not None:
+            check.check_drafter(drafter)
+    check.report_fallback()
 
     errors = sum(1 for finding in check.findings if finding["level"] == ERROR)
     return {
@@ -868,4 +778,7 @@ def preflight(
         "drafter_config_path": drafter_path,
         # What the verdict was given on: the deploy records it, and its look sees an in-place change.
         "drafter_config_sha256": sha256_file(drafter_path) if drafter_path else None,
+        "capabilities_used": "fallback" if check.fallback_keys else "vllm",
+        "fallback_release": check.fallback_release if check.fallback_keys else None,
+        "fallback_keys": check.fallback_keys,
     }

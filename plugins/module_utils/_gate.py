@@ -293,6 +293,15 @@ class _Server:
             return f"cannot resolve the host of {where} ({reason}); fix url"
         return f"cannot talk to {where} ({reason}); check url and that the vLLM server is up"
 
+    def version(self) -> Optional[str]:
+        """The server's GET /version, None when it has none (then greedy outputs compare by prefix only)."""
+        try:
+            answer = json.loads(self._request("/version", limit=MAX_COMPLETION_BYTES).decode("utf-8", "replace"))
+        except (OSError, http.client.HTTPException, ValueError, _DeadlinePassed, _TooLarge):
+            return None
+        version = answer.get("version") if isinstance(answer, dict) else None
+        return str(version) if version else None
+
     def families(self) -> List[MetricFamily]:
         try:
             text = self._request("/metrics").decode("utf-8", "replace")
@@ -481,6 +490,9 @@ def run_gate(settings: GateSettings) -> GateOutcome:
     families = server.families()
     model = _metrics_model_name(families, settings.model)
     before = server.scrape(model, families)
+    identity = dict(settings.identity)
+    if not identity.get("vllm_version"):
+        identity["vllm_version"] = server.version()
 
     errors: collections.Counter[str] = collections.Counter()
     ok = completion_tokens = 0
@@ -530,7 +542,7 @@ def run_gate(settings: GateSettings) -> GateOutcome:
         "model": settings.model,
         "metrics_model_name": model,
         "release": settings.identity.get("release"),
-        "identity": dict(settings.identity),
+        "identity": identity,
         "started_at": _utc(started),
         "finished_at": _utc(time.time()),
         "thresholds": {

@@ -819,17 +819,16 @@ def summary_line(report: Dict[str, Any], report_path: Optional[str] = None) -> s
     baseline = report.get("baseline")
     relative = report.get("relative") or {}
     commit = str(identity.get("vllm_commit") or "?")[:12]
-    if baseline:
-        versus = f"vs {_length_text(baseline)} of last good {baseline.get('release')}"
-    else:
-        versus = f"vs no last good ({relative.get('skipped') or 'not compared'})".split(":")[0].rstrip(")") + ")"
-    tokens = _number(report.get("tokens_per_second"), ".1f")
+    versus = f"vs {_length_text(baseline)} of last good {baseline.get('release')}" if baseline else "vs none"
+    if relative.get("skipped_short"):
+        versus += f" (relative rules skipped: {relative['skipped_short']})"
+    tokens = _number(report.get("tokens_per_second"), ".1f") + " tokens/s"
     if baseline:
         tokens += f" (last good {_number(baseline.get('tokens_per_second'), '.1f')})"
     markdown = report_paths(report_path)[1] if report_path else "none"
     return (
         f"release {report.get('release') or '?'} commit {commit}: AL {_length_text(report)} {versus}, "
-        f"{tokens} tokens/s, verdict {report['verdict'].upper()}, report {markdown}"
+        f"{tokens}, verdict {report['verdict'].upper()}, report {markdown}"
     )
 
 

@@ -86,13 +86,20 @@ class Comparison:
     skipped: Optional[str]
     checks: List[Dict[str, Any]]
     baseline: Optional[Dict[str, Any]] = None
+    # A few words for one-line summaries: "no last good release", "other workload", ...
+    skipped_short: Optional[str] = None
 
     @property
     def reasons(self) -> List[str]:
         return [c["message"] for c in self.checks if c["status"] == "fail"]
 
     def as_dict(self) -> Dict[str, Any]:
-        return {"baseline_release": self.baseline_release, "skipped": self.skipped, "checks": self.checks}
+        return {
+            "baseline_release": self.baseline_release,
+            "skipped": self.skipped,
+            "skipped_short": self.skipped_short,
+            "checks": self.checks,
+        }
 
 
 def fingerprint(text: str) -> Dict[str, Any]:
@@ -188,7 +195,12 @@ def compare(
 ) -> Comparison:
     """Judge `current` (a gate report) against `baseline` (the last good release's passed report)."""
     if not baseline_release:
-        return Comparison(None, "no last good release on this host yet (first gated rollout): absolute rules only", [])
+        return Comparison(
+            None,
+            "no last good release on this host yet (first gated rollout): absolute rules only",
+            [],
+            skipped_short="no last good release",
+        )
     if baseline is None:
         where = f" in {results_dir}" if results_dir else ""
         return Comparison(
@@ -196,6 +208,7 @@ def compare(
             f"the last good release {baseline_release} has no passed gate result{where} (gated before results "
             "were kept?): absolute rules only; its next passed gate run records one",
             [],
+            skipped_short="no result kept for the last good release",
         )
     old_workload, new_workload = baseline.get("workload") or {}, current.get("workload") or {}
     if old_workload.get("sha256") != new_workload.get("sha256"):
@@ -208,6 +221,7 @@ def compare(
             "rollout is judged by the absolute rules only",
             [],
             baseline,
+            "other workload",
         )
     old_id, new_id = baseline.get("identity") or {}, current.get("identity") or {}
     if any(old_id.get(k) != new_id.get(k) for k in TARGET_KEYS):
@@ -218,6 +232,7 @@ def compare(
             "acceptance and outputs of different models are not comparable: absolute rules only",
             [],
             baseline,
+            "other target model",
         )
     same_drafter = all(old_id.get(k) == new_id.get(k) for k in DRAFTER_KEYS)
     same_vllm = old_id.get("vllm_version") == new_id.get("vllm_version")
@@ -254,9 +269,9 @@ def compare(
             add(rule, "skipped", f"{rule}: skipped, no {label} in one of the results", current=new_v, baseline=old_v)
             continue
         status = "fail" if drop > limit + 1e-12 else "pass"
-        verb = "fell" if drop > 0 else "rose"
+        change = f"fell {_pct(drop)}" if drop > 0 else (f"rose {_pct(-drop)}" if drop < 0 else "unchanged")
         message = (
-            f"relative rule {rule}: {label} {format(new_v, fmt)} {verb} {_pct(abs(drop))} from "
+            f"relative rule {rule}: {label} {format(new_v, fmt)} {change} from "
             f"{format(old_v, fmt)} of the last good release {baseline_release}"
         )
         if status == "fail":

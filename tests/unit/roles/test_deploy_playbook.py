@@ -38,3 +38,49 @@ def test_the_rollout_goes_in_inventory_order_canary_first(play, deploy, extra, e
 
 def test_the_first_batch_is_one_host():
     assert PLAYS["Roll out vLLM with DFlash"]["serial"] == "{{ dflash_serial | default([1, '100%']) }}"
+
+
+# ---------------------------------------------------------------- the rescue's decision (issue 14 item 1)
+
+ROLLBACK = Path(__file__).resolve().parents[3] / "roles" / "dflash_gate" / "tasks" / "rollback.yml"
+
+
+def rescue_decision(current, last_good, fallback="", changed=False, config_differs=False, explicit=""):
+    facts = {}
+    variables = {
+        "dflash_gate_state": {"current": current, "last_good": last_good},
+        "dflash_rollback_fallback": fallback,
+        "dflash_rollback_needed": changed,
+        "dflash_gate_config_diff": {"rc": 1 if config_differs else 0},
+    }
+    if explicit:
+        variables["dflash_rollback_to"] = explicit
+    for task in yaml.safe_load(ROLLBACK.read_text()):
+        if "ansible.builtin.set_fact" in task:
+            templar = Templar(loader=DataLoader(), variables={**variables, **facts})
+            for name, expression in task["ansible.builtin.set_fact"].items():
+                facts[name] = templar.template(trust_as_template(expression.strip()))
+    return facts["dflash_gate_rollback_to"], bool(facts["dflash_gate_rollback_needed"])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "expected"),
+    [
+        # a run died after activating B: current B, never gated; nothing changed in the re-run
+        ({"current": "B", "last_good": "A", "fallback": "B"}, ("A", True)),
+        # the same, B marked failed since
+        ({"current": "B", "last_good": "A", "fallback": "B", "changed": True}, ("A", True)),
+        # the preflight refused: current is the last good release, config untouched -> nothing to undo
+        ({"current": "A", "last_good": "A", "fallback": "A"}, ("A", False)),
+        # a config templated by a run that died, the release unchanged
+        ({"current": "A", "last_good": "A", "fallback": "A", "config_differs": True}, ("A", True)),
+        # no good release anywhere (gates disabled): never stop the server that serves
+        ({"current": "A", "last_good": None, "fallback": "A"}, ("A", False)),
+        # a first deploy: nothing served before, this run activated B
+        ({"current": "B", "last_good": None, "fallback": "", "changed": True}, ("", True)),
+        ({"current": "B", "last_good": "A", "explicit": "C"}, ("C", True)),
+    ],
+    ids=["died-after-activation", "marked-failed", "refused", "config-of-a-dead-run", "no-gates", "first", "explicit"],
+)
+def test_the_rescue_goes_back_to_the_last_good_release(kwargs, expected):
+    assert rescue_decision(**kwargs) == expected

@@ -7,8 +7,10 @@ import json
 import os
 import shutil
 import threading
+from pathlib import Path
 
 import pytest
+import yaml
 from ansible_collections.vllm_ops.dflash.plugins.module_utils import _releases
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._lock import host_lock
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._releases import (
@@ -659,3 +661,19 @@ def test_last_good_is_the_release_that_served_last_with_a_passed_gate(host):
     act(host, "activate", release=name_of(3))
     shutil.rmtree(host / "releases" / name_of(2))  # gone: not a target any more
     assert act(host, "status")["last_good"] == name_of(1)
+
+
+def test_the_rescue_swap_keeps_the_last_good_release_good(host):
+    """dflash_gate's rollback swaps with action=rollback: activate would make the target `active`, and the
+    next failed rollout would then go back past it."""
+    act(host, "activate", release=name_of(1))
+    act(host, "mark_good", release=name_of(1))
+    act(host, "activate", release=name_of(2))
+    back = act(host, "rollback", release=name_of(1))
+    assert dict(statuses(back))[name_of(1)] == "good" and back["last_good"] == name_of(1)
+    act(host, "activate", release=name_of(3))
+    assert act(host, "status")["last_good"] == name_of(1)
+    tasks = yaml.safe_load((Path(__file__).resolve().parents[4] / "roles/dflash_gate/tasks/rollback.yml").read_text())
+    block = next(t for t in tasks if t.get("name") == "Roll back to the last good release")["block"]
+    swap = next(t for t in block if t["name"] == "Swap current back")["vllm_ops.dflash.vllm_release"]
+    assert swap["action"] == "rollback"

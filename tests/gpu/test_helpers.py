@@ -228,7 +228,7 @@ def test_the_roles_unit_runs_the_current_release_with_its_own_cache_root_under_t
     unit = write_unit(
         tmp_path,
         f"/bin/sh -c 'release=$$(readlink -f {tmp_path}/opt/current) && export VLLM_CACHE_ROOT=/var/cache/vllm/"
-        'releases/$${release##*/} && exec "$$release/venv/bin/vllm" serve\'',
+        'test/$${release##*/} && exec "$$release/venv/bin/vllm" serve\'',
         extra="KillMode=mixed",
     )
     state, pidfile, log = tmp_path / "state", tmp_path / "server.pid", tmp_path / "server.log"
@@ -239,7 +239,7 @@ def test_the_roles_unit_runs_the_current_release_with_its_own_cache_root_under_t
     try:
         assert rc == 0, started
         seen = json.loads(unit_exec._OPENER.open(f"http://127.0.0.1:{port}/env", timeout=5).read())
-        assert seen["env"]["VLLM_CACHE_ROOT"] == f"{state}/var/cache/vllm/releases/abc123-def"
+        assert seen["env"]["VLLM_CACHE_ROOT"] == f"{state}/var/cache/vllm/test/abc123-def"
         assert seen["argv"] == [str(script), str(port)]
     finally:
         rc, stopped = run_helper("stop", str(unit), f"--pidfile={pidfile}")

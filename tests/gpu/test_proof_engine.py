@@ -118,7 +118,7 @@ def test_the_proof_passes_against_the_fixture_engine(tmp_path, engine_site):
     shell, flag, script = synthetic["exec_start"]
     assert (shell, flag) == ("/bin/sh", "-c")
     assert script.startswith(f"release=$(readlink -f {root}/current) && export VLLM_CACHE_ROOT=")
-    assert f"{tmp_path / 'state'}/var/cache/vllm/releases/${{release##*/}}" in script
+    assert f"{tmp_path / 'state'}/var/cache/vllm/proof/${{release##*/}}" in script
     assert script.endswith(f'exec "$release/venv/bin/vllm" serve --config {config} --shutdown-timeout 10')
     assert synthetic["gate"]["passed"] is True
     assert synthetic["gate"]["mean_acceptance_length"] == pytest.approx(3.0, abs=0.01)

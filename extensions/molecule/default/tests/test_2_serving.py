@@ -152,6 +152,16 @@ def test_an_engine_core_killed_while_serving_is_restarted_and_the_journal_says_w
     assert "engine core exited unexpectedly" in journal
     assert "status=0/SUCCESS" in journal or "Deactivated successfully" in journal  # vLLM's exit 0 ...
     assert "Scheduled restart job" in journal  # ... which Restart=always restarts
+    # the restarted release loads its own compiled graphs (VLLM_CACHE_ROOT per release, kept across restarts)
+    current = release_state(host)["current"]
+    assert f"from the cache (/var/cache/vllm/default/{current}/torch_compile_cache/" in journal
+
+
+def test_compile_caches_are_per_release_and_go_with_the_release(host):
+    cached = set(host.check_output("ls /var/cache/vllm/default").split())
+    releases = set(host.check_output("ls /opt/vllm/releases").split())
+    assert release_state(host)["current"] in cached
+    assert cached <= releases, f"caches of pruned releases left: {cached - releases}"
 
 
 # --- TP 2, a slow cold start, restarts with requests in flight ---------------------------------------------
@@ -219,9 +229,15 @@ def test_a_handler_restart_drains_the_requests_in_flight_at_tp2(host, tp2, tmp_p
 
 def test_a_rollback_drains_the_requests_in_flight_at_tp2(host, tp2):
     current = release_state(host)["current"]
+    cursor = journal_cursor(host)
     results = _restart_with_requests_in_flight(host, lambda: run_playbook("vllm_ops.dflash.rollback", TP2))
-    assert release_state(host)["current"] != current
+    back = release_state(host)["current"]
+    assert back != current
     _assert_none_failed(results)
+    # the release rolled back to compiles or loads under its own cache root, never the newer release's
+    journal = journal_since(host, cursor)
+    assert f"/var/cache/vllm/default/{back}/torch_compile_cache/" in journal
+    assert f"/var/cache/vllm/default/{current}/" not in journal
     proc = run_playbook("vllm_ops.dflash.rollback", {**TP2, "vllm_rollback_release": current})
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert release_state(host)["current"] == current

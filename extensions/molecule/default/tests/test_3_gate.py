@@ -51,6 +51,7 @@ def test_a_fall_from_3_2_to_2_7_above_the_floor_is_rolled_back_by_the_relative_r
     assert "relative rule acceptance_length" in out and "2.70" in out and "3.20" in out, out[-4000:]
     assert "< min_mean_acceptance_length" not in out  # above the floor: only the relative rule fails it
     assert "rolled back to " + good in out
+    assert "vs 3.20" in out and "verdict FAIL, report /var/lib/vllm-gate/default.md" in out  # the summary line
     state = release_state(host)
     assert state["current"] == good
     failed = [name for name, r in state["releases"].items() if r["status"] == "failed" and name != good]

@@ -679,6 +679,10 @@ def test_the_workload_sends_completions_and_chats_with_its_seed_and_kwargs():
     assert set(report["fingerprints"]) == {"code", "think"} and report["unstable_outputs"] == []
     assert report["identity"]["vllm_version"] == "0.27.1"  # read from GET /version
     assert "no last good release" in report["relative"]["skipped"] and "relative rules skipped" in outcome.message
+    assert summary_line(report).endswith(
+        "vs none (relative rules skipped: no last good release), "
+        f"{report['tokens_per_second']:.1f} tokens/s, verdict PASS, report none"
+    )
     assert report["latency"]["e2e_seconds"]["p50"] > 0
     assert report["latency"]["ttft_seconds"] is None  # the fake has no histograms: said, not invented
 

@@ -289,6 +289,11 @@ results_path:
   description: The file the result was kept in (O(results_dir)); null without it.
   returned: when traffic was sent
   type: str
+workload_sha256:
+  description: sha256 of the normalised O(workload) (the same as in the report's C(workload.sha256)).
+  returned: with O(validate_only)
+  type: str
+  sample: df8156e86b12b4cac09686bb20e162a248a4557caf2d6492aea63f51e3ef8a48
 report:
   description:
     - The full report (schema 2), as written to O(report_path); see C(docs/gate-report.md).

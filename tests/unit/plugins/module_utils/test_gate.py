@@ -672,8 +672,8 @@ def test_the_workload_sends_completions_and_chats_with_its_seed_and_kwargs():
     chats = [b for b in bodies if "messages" in b]
     assert len(bodies) == 8 and len(chats) == 4
     assert {b["seed"] for b in bodies} == {7} and {b["temperature"] for b in bodies} == {0}
-    assert {b["max_tokens"] for b in chats} == {48} and all(b["chat_template_kwargs"] == {"enable_thinking": True}
-                                                               for b in chats)  # fmt: skip
+    assert {b["max_tokens"] for b in chats} == {48}
+    assert all(b["chat_template_kwargs"] == {"enable_thinking": True} for b in chats)
     report = outcome.report
     assert outcome.passed and report["workload"]["sha256"] == load_workload(WORKLOAD).sha256
     assert set(report["fingerprints"]) == {"code", "think"} and report["unstable_outputs"] == []

@@ -136,7 +136,7 @@ def test_results_are_kept_per_release_newest_last_and_the_baseline_is_the_newest
     assert [r["mean_acceptance_length"] for r in load_results(directory, "r1")] == [3.0, 3.1, 1.0]
     assert baseline_result(directory, "r1")["mean_acceptance_length"] == 3.1
     assert json.loads(Path(path).read_text())["release"] == "r1"
-    for _ in range(KEEP + 3):
+    for _attempt in range(KEEP + 3):
         save_result(directory, "r2", result())
     assert len(load_results(directory, "r2")) == KEEP
 

@@ -189,14 +189,14 @@ def test_results_are_kept_and_the_next_release_is_judged_against_the_last_good(t
     common = dict(model="tiny", workload=WORKLOAD, workload_source="mix.yml", results_dir=str(results),
                   min_drafts=1, disabled_rules=["throughput"], identity={"target_model": "tiny"})  # fmt: skip
     with FakeVLLM(accepted_pattern=(2, 2, 3, 2, 2)) as fake:
-        first, _ = run_module(tmp_path, url=fake.url, release="r1", **common)
+        first = run_module(tmp_path, url=fake.url, release="r1", **common)[0]
     assert first["passed"] is True and first["changed"] is True, first.get("msg")
     assert first["results_path"] == str(results / "r1.json")
     assert "no last good release" in first["relative"]["skipped"] and "relative rules skipped" in first["msg"]
     kept = json.loads((results / "r1.json").read_text())["results"]
     assert kept[-1]["workload"]["sha256"] == first["report"]["workload"]["sha256"]
     with FakeVLLM(accepted_pattern=(2, 1, 2, 2, 1, 2, 2, 2, 1, 2)) as fake:
-        second, _ = run_module(tmp_path, url=fake.url, release="r2", baseline_release="r1", **common)
+        second = run_module(tmp_path, url=fake.url, release="r2", baseline_release="r1", **common)[0]
     assert second["failed"] is True and second["passed"] is False
     assert "relative rule acceptance_length" in second["msg"] and "of the last good release r1" in second["msg"]
     assert second["summary"].startswith("release r2 ") and "verdict FAIL" in second["summary"]
@@ -207,8 +207,8 @@ def test_results_are_kept_and_the_next_release_is_judged_against_the_last_good(t
 def test_an_invalid_workload_fails_before_any_traffic_and_validate_only_checks_it(tmp_path):
     bad = dict(WORKLOAD, prompts=[{"id": "x"}])
     with FakeVLLM() as fake:
-        result, _ = run_module(tmp_path, url=fake.url, model="tiny", workload=bad, workload_source="mine.yml")
-        ok, _ = run_module(tmp_path, url=fake.url, model="tiny", workload=WORKLOAD, validate_only=True)
+        result = run_module(tmp_path, url=fake.url, model="tiny", workload=bad, workload_source="mine.yml")[0]
+        ok = run_module(tmp_path, url=fake.url, model="tiny", workload=WORKLOAD, validate_only=True)[0]
     assert result["failed"] is True and "invalid gate workload mine.yml" in result["msg"] and "Fix:" in result["msg"]
     assert ok.get("failed") is not True and len(ok["workload_sha256"]) == 64
     assert fake.requests == [] and fake.metrics_scrapes == 0
@@ -217,7 +217,7 @@ def test_an_invalid_workload_fails_before_any_traffic_and_validate_only_checks_i
 def test_a_corrupt_last_good_result_is_refused_not_skipped(tmp_path):
     (tmp_path / "r1.json").write_text("garbage")
     with FakeVLLM() as fake:
-        result, _ = run_module(tmp_path, url=fake.url, model="tiny", results_dir=str(tmp_path), release="r2",
-                               baseline_release="r1")  # fmt: skip
+        args = dict(url=fake.url, model="tiny", results_dir=str(tmp_path), release="r2", baseline_release="r1")
+        result = run_module(tmp_path, **args)[0]
     assert result["failed"] is True and "r1.json" in result["msg"] and "repair or remove" in result["msg"]
     assert fake.requests == []

@@ -592,7 +592,7 @@ def test_a_huge_metrics_page_is_cut_off_at_the_cap():
 
     def stream():
         line = b"# filler " + b"x" * 1014 + b"\n"
-        for _ in range(_gate_module().MAX_METRICS_BYTES // len(line) + 64):
+        for _line in range(_gate_module().MAX_METRICS_BYTES // len(line) + 64):
             sent.append(len(line))
             yield line
 

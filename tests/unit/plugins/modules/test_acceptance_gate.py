@@ -173,7 +173,7 @@ def test_a_password_in_the_url_is_refused_and_masked_everywhere(tmp_path):
 
 def test_the_deadline_option_reaches_the_gate(tmp_path):
     with FakeVLLM(response_delay=3.0) as fake:
-        result, _ = run_module(tmp_path, url=fake.url, model="tiny", requests=2, timeout=30, deadline=1)
+        result = run_module(tmp_path, url=fake.url, model="tiny", requests=2, timeout=30, deadline=1)[0]
     assert result["failed"] is True
     assert "deadline of 1 s" in result["msg"] or "deadline of 1 s" in json.dumps(result.get("report", {}))
 

@@ -34,7 +34,7 @@ COLLECTIONS = ROOT / ".cache" / "ac"
 WHEELHOUSE = ROOT / ".cache" / "wheelhouse"
 RESULTS = ROOT / "bench" / "results"
 IMAGE = os.environ.get("TESTHOST_IMAGE", "localhost/vllm-ops-testhost:bookworm")
-GATE_TASK = "Measure the acceptance length under smoke traffic"
+GATE_TASK = "Measure the acceptance under the pinned workload, against the last good release"
 BUILD_RESULT_TASK = "Collect the build result"
 SLOW_CC_PATH = "/usr/local/bin/bench-slow-cc"
 # Fixed addresses on podman's default network (10.88.0.0/16), apart from the molecule scenarios' 10.88.31.x.

@@ -1,11 +1,14 @@
 # Copyright (c) vllm_ops.dflash contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The acceptance-length smoke gate: traffic -> /metrics window -> verdict -> report.
+"""The acceptance gate: pinned workload -> /metrics window -> verdict (absolute and relative) -> report.
 
-One run: scrape /metrics, send `requests` completions (`concurrency` at a time, temperature 0), wait
-until the spec-decode counters settle, scrape again, and judge the difference with vLLM's own formulas
-(_metrics.py). The verdict fails on any failed request, on too few drafts to judge, and on a mean
-acceptance length (or draft acceptance rate) under its threshold. Standard library only.
+One run: scrape /metrics, send the workload's requests (_workload.py: completions and chats,
+`concurrency` at a time, its temperature and seed), wait until the spec-decode counters settle, scrape
+again, and judge the difference with vLLM's own formulas (_metrics.py). The absolute verdict fails on
+any failed request, on too few drafts to judge, and on a mean acceptance length (or draft acceptance
+rate) under its threshold; the relative rules (_gate_history.py) judge the run against the last good
+release's result. Each greedy output is fingerprinted (sha256), latency percentiles come from vLLM's
+TTFT / TPOT histograms. Standard library only.
 """
 
 from __future__ import annotations
@@ -23,24 +26,36 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import write_text_atomic
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._gate_history import (
+    Comparison,
+    RelativeRules,
+    compare,
+    fingerprint,
+)
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._metrics import (
+    TPOT_HISTOGRAMS,
+    TTFT_HISTOGRAMS,
     AcceptanceStats,
     MetricFamily,
     MetricsError,
     SpecDecodeSnapshot,
     acceptance_stats,
+    bucket_delta,
     check_invariants,
     delta,
+    histogram_buckets,
+    latency_percentiles,
     library_parser_available,
     parse_metrics,
     spec_decode_model_names,
     spec_decode_snapshot,
 )
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._prompts import DEFAULT_PROMPTS
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._workload import Prompt, Workload, inline_workload
 
 __all__ = [
     "GateError",
@@ -51,10 +66,11 @@ __all__ = [
     "render_markdown",
     "report_paths",
     "run_gate",
+    "summary_line",
     "write_reports",
 ]
 
-REPORT_SCHEMA = 1
+REPORT_SCHEMA = 2
 _BAR_WIDTH = 30
 _EIGHTHS = "▏▎▍▌▋▊▉"
 
@@ -83,6 +99,15 @@ class GateSettings:
     # moving, for at most this long.
     settle_seconds: float = 5.0
     poll_interval: float = 0.25
+    # The pinned workload; None = `prompts` (or the shipped ones) cycled over `requests` completions.
+    workload: Optional[Workload] = None
+    # Who served: target_model/_revision, drafter_model/_revision, vllm_version, vllm_commit, release.
+    identity: Dict[str, Any] = field(default_factory=dict)
+    rules: RelativeRules = field(default_factory=RelativeRules)
+    # The last good release's passed result (_gate_history.baseline_result) and that release's name.
+    baseline: Optional[Dict[str, Any]] = None
+    baseline_release: Optional[str] = None
+    results_dir: str = ""
 
 
 @dataclass
@@ -125,7 +150,10 @@ def gate_deadline(settings: GateSettings) -> float:
     """
     if settings.deadline is not None:
         return settings.deadline
-    waves = math.ceil(settings.requests / max(settings.concurrency, 1))
+    requests, concurrency = settings.requests, settings.concurrency
+    if settings.workload is not None:
+        requests, concurrency = settings.workload.total_requests, settings.workload.concurrency
+    waves = math.ceil(requests / max(concurrency, 1))
     return settings.timeout * (waves + 3) + settings.settle_seconds
 
 
@@ -265,6 +293,15 @@ class _Server:
             return f"cannot resolve the host of {where} ({reason}); fix url"
         return f"cannot talk to {where} ({reason}); check url and that the vLLM server is up"
 
+    def version(self) -> Optional[str]:
+        """The server's GET /version, None when it has none (then greedy outputs compare by prefix only)."""
+        try:
+            answer = json.loads(self._request("/version", limit=MAX_COMPLETION_BYTES).decode("utf-8", "replace"))
+        except (OSError, http.client.HTTPException, ValueError, _DeadlinePassed, _TooLarge):
+            return None
+        version = answer.get("version") if isinstance(answer, dict) else None
+        return str(version) if version else None
+
     def families(self) -> List[MetricFamily]:
         try:
             text = self._request("/metrics").decode("utf-8", "replace")
@@ -287,43 +324,72 @@ class _Server:
         except MetricsError as exc:
             raise GateError(f"{self.shown}/metrics: {exc}") from exc
 
-    def complete(self, prompt: str) -> Tuple[Optional[str], int]:
-        """Send one completion; return (error or None, completion tokens)."""
-        payload = {
+    def complete(self, prompt: Prompt, workload: Workload) -> Tuple[Optional[str], int, str]:
+        """Send one request of the workload; return (error or None, completion tokens, generated text)."""
+        max_tokens = workload.max_tokens_of(prompt)
+        payload: Dict[str, Any] = {
             "model": self.settings.model,
-            "prompt": prompt,
-            "max_tokens": self.settings.max_tokens,
-            "temperature": 0,
+            "max_tokens": max_tokens,
+            "temperature": 0 if workload.greedy else workload.temperature,
         }
+        if workload.seed is not None:
+            payload["seed"] = workload.seed
+        if prompt.kind == "chat":
+            path = "/v1/chat/completions"
+            payload["messages"] = [dict(m) for m in prompt.messages or ()]
+            if prompt.chat_template_kwargs:
+                payload["chat_template_kwargs"] = dict(prompt.chat_template_kwargs)
+        else:
+            path = "/v1/completions"
+            payload["prompt"] = prompt.prompt
         not_found = f"set model to a served model name (GET {self.shown}/v1/models lists them)"
         try:
-            body = self._request("/v1/completions", payload, MAX_COMPLETION_BYTES)
+            body = self._request(path, payload, MAX_COMPLETION_BYTES)
             answer = json.loads(body.decode("utf-8", "replace"))
         except _DeadlinePassed:
-            return f"not sent or not finished before the gate's deadline of {self.deadline_seconds:g} s", 0
+            return f"not sent or not finished before the gate's deadline of {self.deadline_seconds:g} s", 0, ""
         except _TooLarge as exc:
-            return f"{exc} for one completion of max_tokens {self.settings.max_tokens}; is url a vLLM server?", 0
+            return f"{exc} for one completion of max_tokens {max_tokens}; is url a vLLM server?", 0, ""
+        except urllib.error.HTTPError as exc:
+            if exc.code == 400:
+                # vLLM's 400 is about the request: too long for the context, no chat template, bad kwargs.
+                return (
+                    f"prompt {prompt.id!r} of workload {workload.name!r} refused by the served model (HTTP 400 "
+                    f"from {self.shown}{path}: {_error_detail(exc)}). Fix: change or drop that prompt (or its "
+                    f"max_tokens) in the workload ({workload.source}), or serve a model that takes it",
+                    0,
+                    "",
+                )
+            return self.explain(exc, path, not_found), 0, ""
         except (OSError, http.client.HTTPException) as exc:
-            return self.explain(exc, "/v1/completions", not_found), 0
+            return self.explain(exc, path, not_found), 0, ""
         except ValueError:
-            return f"{self.shown}/v1/completions answered with something that is not JSON; is url a vLLM server?", 0
+            return f"{self.shown}{path} answered with something that is not JSON; is url a vLLM server?", 0, ""
         try:
-            text = answer["choices"][0]["text"]
-        except (KeyError, IndexError, TypeError):
-            return f"{self.shown}/v1/completions answered without choices[0].text; is url a vLLM server?", 0
+            choice = answer["choices"][0]
+            if prompt.kind == "chat":
+                message = choice["message"]
+                # With a reasoning parser the thinking comes apart from the answer; both are the output.
+                text = (message.get("reasoning_content") or "") + (message.get("content") or "")
+            else:
+                text = choice["text"]
+        except (KeyError, IndexError, TypeError, AttributeError):
+            field_name = "choices[0].message" if prompt.kind == "chat" else "choices[0].text"
+            return f"{self.shown}{path} answered without {field_name}; is url a vLLM server?", 0, ""
         usage = answer.get("usage") or {}
         tokens = usage.get("completion_tokens", 0) if isinstance(usage, dict) else None
         if tokens is None:
             tokens = 0
         if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
             return (
-                f"{self.shown}/v1/completions answered with usage.completion_tokens {tokens!r}, not a count of "
+                f"{self.shown}{path} answered with usage.completion_tokens {tokens!r}, not a count of "
                 "tokens; is url a vLLM server?",
                 0,
+                "",
             )
         if not isinstance(text, str) or not text.strip():
-            return "empty completion text: the server generated nothing; see the vLLM server log", tokens
-        return None, tokens
+            return "empty completion text: the server generated nothing; see the vLLM server log", tokens, ""
+        return None, tokens, text
 
 
 # ---------------------------------------------------------------------------------------------- the run
@@ -349,6 +415,7 @@ def _validate(settings: GateSettings) -> None:
         problems.append("min_mean_acceptance_length must be at least 1 (1 = no token accepted)")
     if any(not isinstance(p, str) or not p for p in settings.prompts):
         problems.append("prompts must be non-empty strings")
+    problems += settings.rules.problems()
     if problems:
         raise GateError("invalid gate options: " + "; ".join(problems))
 
@@ -385,65 +452,118 @@ def _settle(
     return last
 
 
+def _percentiles(values: List[float]) -> Optional[Dict[str, float]]:
+    """Nearest-rank p50/p90/p99 of client-side durations."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return {
+        f"p{q}": round(ordered[min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))], 6)
+        for q in (50, 90, 99)
+    }
+
+
+def _latency(
+    before: List[MetricFamily], after: List[MetricFamily], model: str, durations: List[float]
+) -> Dict[str, Any]:
+    figures: Dict[str, Any] = {"e2e_seconds": _percentiles(durations), "source": "vllm /metrics histograms"}
+    for key, names in (("ttft_seconds", TTFT_HISTOGRAMS), ("tpot_seconds", TPOT_HISTOGRAMS)):
+        window = bucket_delta(histogram_buckets(before, names, model), histogram_buckets(after, names, model))
+        figures[key] = latency_percentiles(window) if window else None
+    return figures
+
+
+def _workload_of(settings: GateSettings) -> Workload:
+    if settings.workload is not None:
+        return settings.workload
+    prompts = list(settings.prompts) or list(DEFAULT_PROMPTS)
+    return inline_workload(prompts, settings.requests, settings.max_tokens, settings.concurrency)
+
+
 def run_gate(settings: GateSettings) -> GateOutcome:
-    """Run the smoke traffic against `settings.url` and judge it. Raises GateError when it cannot judge."""
+    """Run the workload against `settings.url` and judge it. Raises GateError when it cannot judge."""
     _validate(settings)
     server = _Server(settings)
-    prompts = list(settings.prompts) or list(DEFAULT_PROMPTS)
+    workload = _workload_of(settings)
+    schedule = workload.schedule()
     started = time.time()
     families = server.families()
     model = _metrics_model_name(families, settings.model)
     before = server.scrape(model, families)
+    identity = dict(settings.identity)
+    if not identity.get("vllm_version"):
+        identity["vllm_version"] = server.version()
 
     errors: collections.Counter[str] = collections.Counter()
     ok = completion_tokens = 0
+    fingerprints: Dict[str, Dict[str, Any]] = {}
+    unstable: List[str] = []
+    durations: List[float] = []
+
+    def timed(prompt: Prompt) -> Tuple[Optional[str], int, str, float]:
+        begin = time.monotonic()
+        error, tokens, text = server.complete(prompt, workload)
+        return error, tokens, text, time.monotonic() - begin
+
     traffic_start = time.monotonic()
-    with concurrent.futures.ThreadPoolExecutor(max_workers=min(settings.concurrency, settings.requests)) as pool:
-        jobs = [pool.submit(server.complete, prompts[i % len(prompts)]) for i in range(settings.requests)]
-        for job in jobs:
-            error, tokens = job.result()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(workload.concurrency, len(schedule))) as pool:
+        jobs = [(prompt, pool.submit(timed, prompt)) for prompt in schedule]
+        for prompt, job in jobs:
+            error, tokens, text, seconds = job.result()
             completion_tokens += tokens
-            if error is None:
-                ok += 1
-            else:
+            if error is not None:
                 errors[error] += 1
+                continue
+            ok += 1
+            durations.append(seconds)
+            mark = fingerprint(text)
+            seen = fingerprints.setdefault(prompt.id, mark)
+            if seen["sha256"] != mark["sha256"] and prompt.id not in unstable:
+                unstable.append(prompt.id)  # greedy yet not repeatable: batch-variant kernels, or not greedy
     traffic_seconds = time.monotonic() - traffic_start
     if server.remaining() <= 0:
         raise server.deadline_error()
 
     after = _settle(server, model, before, settings) if ok else server.scrape(model)
+    latency = _latency(families, server.families(), model, durations)
     try:
         window = delta(before, after)
         stats = acceptance_stats(window)
         check_invariants(window, stats)
     except MetricsError as exc:
         raise GateError(f"{server.shown}/metrics: {exc}") from exc
-    failed = settings.requests - ok
-    reasons = evaluate(stats, settings.requests, failed, errors, settings)
-    passed = not reasons
-    if passed:
-        message = (
-            f"acceptance gate passed for {settings.model} at {server.shown}: mean acceptance length "
-            f"{_ci_text(stats)} >= {settings.min_mean_acceptance_length:.2f} over {stats.drafts} drafts"
-        )
-    else:
-        message = f"acceptance gate FAILED for {settings.model} at {server.shown}: " + "; ".join(reasons)
+    requests = len(schedule)
+    failed = requests - ok
+    reasons = evaluate(stats, requests, failed, errors, settings)
     generated = window.generation_tokens
     report: Dict[str, Any] = {
         "schema": REPORT_SCHEMA,
-        "passed": passed,
-        "verdict": "pass" if passed else "fail",
-        "message": message,
-        "reasons": reasons,
         "url": server.shown,
         "model": settings.model,
         "metrics_model_name": model,
+        "release": settings.identity.get("release"),
+        "identity": identity,
         "started_at": _utc(started),
         "finished_at": _utc(time.time()),
         "thresholds": {
             "min_mean_acceptance_length": settings.min_mean_acceptance_length,
             "min_draft_acceptance_rate": settings.min_draft_acceptance_rate,
             "min_drafts": settings.min_drafts,
+            "max_acceptance_drop": settings.rules.max_acceptance_drop,
+            "max_position0_drop": settings.rules.max_position0_drop,
+            "max_throughput_drop": settings.rules.max_throughput_drop,
+            "min_identical_outputs": settings.rules.min_identical_outputs,
+            "disabled_rules": sorted(settings.rules.disabled),
+        },
+        "workload": {
+            "name": workload.name,
+            "sha256": workload.sha256,
+            "source": workload.source,
+            "greedy": workload.greedy,
+            "temperature": workload.temperature,
+            "seed": workload.seed,
+            "prompts": len(workload.prompts),
+            "chat_prompts": sum(1 for p in workload.prompts if p.kind == "chat"),
         },
         "mean_acceptance_length": _rounded(stats.mean_acceptance_length),
         "mean_acceptance_length_ci95": (
@@ -459,18 +579,67 @@ def run_gate(settings: GateSettings) -> GateOutcome:
         "completion_tokens": completion_tokens,
         "prompt_tokens": None if window.prompt_tokens is None else round(window.prompt_tokens),
         "tokens_per_second": None if generated is None else round(generated / max(traffic_seconds, 1e-9), 2),
+        "latency": latency,
+        "fingerprints": fingerprints,
+        "unstable_outputs": unstable,
         "traffic_seconds": round(traffic_seconds, 3),
-        "requests": settings.requests,
+        "requests": requests,
         "requests_ok": ok,
         "requests_failed": failed,
         "errors": [{"error": text, "count": count} for text, count in errors.most_common()],
-        "concurrency": settings.concurrency,
-        "max_tokens": settings.max_tokens,
-        "prompts": len(prompts),
-        "prompt_set": "custom" if settings.prompts else "default",
+        "concurrency": workload.concurrency,
+        "max_tokens": workload.max_tokens,
+        "prompts": len(workload.prompts),
+        "prompt_set": (
+            workload.name if settings.workload is not None else ("custom" if settings.prompts else "default")
+        ),
         "parser": "prometheus_client" if library_parser_available() else "stdlib",
     }
-    return GateOutcome(passed, message, report)
+    comparison = compare(report, settings.baseline, settings.baseline_release, settings.rules, settings.results_dir)
+    reasons += comparison.reasons
+    passed = not reasons
+    report.update(passed=passed, verdict="pass" if passed else "fail", reasons=reasons)
+    report["relative"] = comparison.as_dict()
+    report["baseline"] = _baseline_summary(comparison)
+    report["message"] = _message(report, comparison, settings, server.shown, stats)
+    return GateOutcome(passed, report["message"], report)
+
+
+# What of the last good release's result the report keeps for the side-by-side table (not its history).
+_BASELINE_FIELDS = (
+    "release", "identity", "started_at", "workload", "mean_acceptance_length", "mean_acceptance_length_ci95",
+    "draft_acceptance_rate", "per_position_acceptance", "drafts", "tokens_per_second", "latency", "verdict",
+)  # fmt: skip
+
+
+def _baseline_summary(comparison: Comparison) -> Optional[Dict[str, Any]]:
+    if comparison.baseline is None:
+        return None
+    summary = {k: comparison.baseline.get(k) for k in _BASELINE_FIELDS}
+    summary["release"] = comparison.baseline_release
+    return summary
+
+
+def _message(
+    report: Dict[str, Any], comparison: Comparison, settings: GateSettings, shown: str, stats: AcceptanceStats
+) -> str:
+    if report["passed"]:
+        message = (
+            f"acceptance gate passed for {settings.model} at {shown}: mean acceptance length "
+            f"{_ci_text(stats)} >= {settings.min_mean_acceptance_length:.2f} over {stats.drafts} drafts"
+        )
+        applied = [c["message"] for c in comparison.checks if c["status"] == "pass"]
+        if applied:
+            message += "; " + "; ".join(applied)
+    else:
+        message = f"acceptance gate FAILED for {settings.model} at {shown}: " + "; ".join(report["reasons"])
+    if comparison.skipped:
+        message += f"; relative rules skipped: {comparison.skipped}"
+    else:
+        skipped = [c["message"] for c in comparison.checks if c["status"] == "skipped"]
+        if skipped:
+            message += "; " + "; ".join(skipped)
+    return message
 
 
 def _rounded(value: Optional[float]) -> Optional[float]:
@@ -538,26 +707,49 @@ def _number(value: Optional[float], fmt: str) -> str:
     return "n/a" if value is None else format(value, fmt)
 
 
-def render_markdown(report: Dict[str, Any]) -> str:
-    """The report for people: verdict, figures against thresholds, per-position bars, reasons."""
-    thresholds = report["thresholds"]
-    ci = report["mean_acceptance_length_ci95"]
-    length = _number(report["mean_acceptance_length"], ".2f")
+def _length_text(result: Dict[str, Any]) -> str:
+    text = _number(result.get("mean_acceptance_length"), ".2f")
+    ci = result.get("mean_acceptance_length_ci95")
     if ci:
-        length += f" (95% CI {ci[0]:.2f}-{ci[1]:.2f})"
+        text += f" (95% CI {ci[0]:.2f}-{ci[1]:.2f})"
+    return text
+
+
+def _latency_text(result: Dict[str, Any], key: str) -> str:
+    figures = (result.get("latency") or {}).get(key)
+    if not figures:
+        return "n/a"
+    return " / ".join(f"{figures[p] * 1000:.1f}" for p in ("p50", "p90", "p99")) + " ms"
+
+
+def _chart(rates: Sequence[float]) -> List[str]:
+    digits = len(str(max(len(rates) - 1, 0)))
+    return ["```text"] + [f"pos {i:<{digits}d} {_bar(rate)} {rate:.2f}" for i, rate in enumerate(rates)] + ["```"]
+
+
+def render_markdown(report: Dict[str, Any]) -> str:
+    """The report for people: verdict, figures against thresholds and beside the last good release,
+    per-position bars of each, the relative rules, reasons."""
+    thresholds = report["thresholds"]
     min_rate = thresholds["min_draft_acceptance_rate"]
+    workload = report.get("workload") or {}
+    identity = report.get("identity") or {}
     lines = [
         f"# DFlash acceptance gate: {'PASSED' if report['passed'] else 'FAILED'}",
         "",
         f"- server: {report['url']}",
         f"- model: `{report['model']}` (metrics model_name `{report['metrics_model_name']}`)",
+        f"- release: {report.get('release') or 'n/a'}"
+        + (f" (vLLM {identity.get('vllm_version')}, commit {identity.get('vllm_commit')})" if identity else ""),
         f"- time: {report['started_at']} to {report['finished_at']} (traffic {report['traffic_seconds']:.2f} s)",
-        f"- traffic: {report['requests']} completions ({report['prompts']} {report['prompt_set']} prompts), "
-        f"concurrency {report['concurrency']}, max_tokens {report['max_tokens']}, temperature 0",
+        f"- workload: `{workload.get('name')}` sha256 `{workload.get('sha256')}` ({workload.get('source')}): "
+        f"{report['requests']} requests over {report['prompts']} prompts ({workload.get('chat_prompts', 0)} chat), "
+        f"concurrency {report['concurrency']}, max_tokens {report['max_tokens']}, "
+        f"temperature {workload.get('temperature', 0):g}, seed {workload.get('seed')}",
         "",
         "| figure | measured | threshold |",
         "|---|---|---|",
-        f"| mean acceptance length | {length} | >= {thresholds['min_mean_acceptance_length']:.2f} |",
+        f"| mean acceptance length | {_length_text(report)} | >= {thresholds['min_mean_acceptance_length']:.2f} |",
         f"| draft acceptance rate | {_number(report['draft_acceptance_rate'], '.3f')} | "
         + ("not set" if min_rate is None else f">= {min_rate:.3f}")
         + " |",
@@ -565,23 +757,79 @@ def render_markdown(report: Dict[str, Any]) -> str:
         f"| failed requests | {report['requests_failed']} of {report['requests']} | 0 |",
         f"| draft tokens / accepted tokens | {report['draft_tokens']} / {report['accepted_tokens']} | |",
         f"| generation tokens/s | {_number(report['tokens_per_second'], '.1f')} | |",
+        f"| TTFT p50 / p90 / p99 | {_latency_text(report, 'ttft_seconds')} | |",
+        f"| TPOT p50 / p90 / p99 | {_latency_text(report, 'tpot_seconds')} | |",
         "",
     ]
+    baseline = report.get("baseline")
+    relative = report.get("relative") or {}
+    if baseline:
+        this, last = report.get("release") or "this release", baseline.get("release") or "last good"
+        rows = (
+            ("mean acceptance length", _length_text(report), _length_text(baseline)),
+            (
+                "position-0 acceptance",
+                _number((report["per_position_acceptance"] or [None])[0], ".3f"),
+                _number((baseline.get("per_position_acceptance") or [None])[0], ".3f"),
+            ),
+            ("draft acceptance rate", _number(report["draft_acceptance_rate"], ".3f"),
+             _number(baseline.get("draft_acceptance_rate"), ".3f")),
+            ("generation tokens/s", _number(report["tokens_per_second"], ".1f"),
+             _number(baseline.get("tokens_per_second"), ".1f")),
+            ("TTFT p50 / p90 / p99", _latency_text(report, "ttft_seconds"), _latency_text(baseline, "ttft_seconds")),
+            ("TPOT p50 / p90 / p99", _latency_text(report, "tpot_seconds"), _latency_text(baseline, "tpot_seconds")),
+            ("drafts", str(report["drafts"]), str(baseline.get("drafts"))),
+            ("vLLM", str(identity.get("vllm_version")), str((baseline.get("identity") or {}).get("vllm_version"))),
+            ("measured", report["started_at"], str(baseline.get("started_at"))),
+        )  # fmt: skip
+        lines += ["## Against the last good release", "", f"| figure | {this} | {last} (last good) |", "|---|---|---|"]
+        lines += [f"| {name} | {new} | {old} |" for name, new, old in rows] + [""]
+    if relative.get("checks"):
+        lines += ["## Relative rules", "", "| rule | result | detail |", "|---|---|---|"]
+        lines += [f"| {c['rule']} | {c['status']} | {c['message']} |" for c in relative["checks"]] + [""]
+    if relative.get("skipped"):
+        lines += [f"Relative rules skipped: {relative['skipped']}.", ""]
     if report["per_position_acceptance"]:
-        lines += ["## Acceptance rate per draft position", "", "```text"]
-        rates = report["per_position_acceptance"]
-        digits = len(str(len(rates) - 1))
-        lines += [f"pos {i:<{digits}d} {_bar(rate)} {rate:.2f}" for i, rate in enumerate(rates)]
-        lines += ["```", ""]
+        title = f" ({report.get('release')})" if baseline else ""
+        lines += [f"## Acceptance rate per draft position{title}", "", *_chart(report["per_position_acceptance"])]
+        lines.append("")
+    if baseline and baseline.get("per_position_acceptance"):
+        lines += [f"## Acceptance rate per draft position ({baseline.get('release')}, last good)", ""]
+        lines += [*_chart(baseline["per_position_acceptance"]), ""]
     if report["reasons"]:
         lines += ["## Why it failed", ""] + [f"- {reason}" for reason in report["reasons"]] + [""]
     if report["errors"]:
         lines += ["## Request errors", ""] + [f"- {e['count']} x {e['error']}" for e in report["errors"]] + [""]
+    if report.get("unstable_outputs"):
+        lines += [
+            "Greedy outputs that differed between repeats of the same prompt in this run: "
+            + ", ".join(report["unstable_outputs"]),
+            "",
+        ]
     lines.append(
         f"Mean acceptance length = 1 + accepted/drafts over the window of this run ({report['ci_method']} "
         "interval); see docs/gate-report.md."
     )
     return "\n".join(lines) + "\n"
+
+
+def summary_line(report: Dict[str, Any], report_path: Optional[str] = None) -> str:
+    """One line for the end of a deploy: release, commit, AL (CI95) vs the last good, tokens/s, verdict, report."""
+    identity = report.get("identity") or {}
+    baseline = report.get("baseline")
+    relative = report.get("relative") or {}
+    commit = str(identity.get("vllm_commit") or "?")[:12]
+    versus = f"vs {_length_text(baseline)} of last good {baseline.get('release')}" if baseline else "vs none"
+    if relative.get("skipped_short"):
+        versus += f" (relative rules skipped: {relative['skipped_short']})"
+    tokens = _number(report.get("tokens_per_second"), ".1f") + " tokens/s"
+    if baseline:
+        tokens += f" (last good {_number(baseline.get('tokens_per_second'), '.1f')})"
+    markdown = report_paths(report_path)[1] if report_path else "none"
+    return (
+        f"release {report.get('release') or '?'} commit {commit}: AL {_length_text(report)} {versus}, "
+        f"{tokens}, verdict {report['verdict'].upper()}, report {markdown}"
+    )
 
 
 def report_paths(report_path: str) -> Tuple[str, str]:

@@ -27,8 +27,12 @@ __all__ = [
     "Sample",
     "SpecDecodeSnapshot",
     "acceptance_stats",
+    "bucket_delta",
     "check_invariants",
     "delta",
+    "histogram_buckets",
+    "histogram_quantile",
+    "latency_percentiles",
     "library_parser_available",
     "parse_metrics",
     "spec_decode_model_names",
@@ -529,3 +533,74 @@ def acceptance_stats(window: SpecDecodeSnapshot) -> AcceptanceStats:
         per_position_acceptance=rates,
         ci_method=method,
     )
+
+
+# ------------------------------------------------------------------------------------------ latency
+
+# vLLM's latency histograms; the TPOT one was renamed in 0.11 (request_time_per_output_token_seconds),
+# the older name is read when the newer is absent.
+TTFT_HISTOGRAMS = ("vllm:time_to_first_token_seconds",)
+TPOT_HISTOGRAMS = ("vllm:request_time_per_output_token_seconds", "vllm:time_per_output_token_seconds")
+QUANTILES = (0.5, 0.9, 0.99)
+
+
+def histogram_buckets(
+    families: Sequence[MetricFamily], names: Sequence[str], model_name: Optional[str] = None
+) -> Optional[Dict[float, float]]:
+    """Cumulative bucket counts {upper bound: count} of the first histogram of `names` the page has,
+    summed over engines; None when it has none of them."""
+    for name in names:
+        buckets: Dict[float, float] = {}
+        for sample in _samples(families, (name + "_bucket",)):
+            if model_name is not None and sample.labels.get("model_name") != model_name:
+                continue
+            try:
+                bound = float(sample.labels["le"])
+            except (KeyError, ValueError):
+                continue
+            buckets[bound] = buckets.get(bound, 0.0) + sample.value
+        if buckets:
+            return buckets
+    return None
+
+
+def bucket_delta(before: Optional[Dict[float, float]], after: Optional[Dict[float, float]]) -> Dict[float, float]:
+    """Bucket counts of the window; empty when the page lacks the histogram or it went backwards (restart).
+    A histogram absent before and present after (the server's first requests) counts from zero."""
+    if not after:
+        return {}
+    before = before or {}
+    window = {bound: count - before.get(bound, 0.0) for bound, count in after.items()}
+    return {} if any(v < 0 for v in window.values()) else window
+
+
+def histogram_quantile(q: float, buckets: Dict[float, float]) -> Optional[float]:
+    """Prometheus' histogram_quantile: linear interpolation inside the bucket that holds rank q * count.
+
+    None without observations; the highest finite bound when the rank falls in the +Inf bucket.
+    """
+    bounds = sorted(buckets)
+    if not bounds or not math.isinf(bounds[-1]):
+        return None
+    total = buckets[bounds[-1]]
+    if total <= 0:
+        return None
+    rank = q * total
+    lower, below = 0.0, 0.0
+    for bound in bounds:
+        count = buckets[bound]
+        if count >= rank:
+            if math.isinf(bound):
+                return lower
+            inside = count - below
+            return lower + (bound - lower) * ((rank - below) / inside if inside > 0 else 1.0)
+        lower, below = bound, count
+    return lower  # pragma: no cover - the +Inf bucket holds every observation
+
+
+def latency_percentiles(buckets: Dict[float, float]) -> Optional[Dict[str, float]]:
+    """{"p50": s, "p90": s, "p99": s} of a window's histogram, None without observations."""
+    values = {f"p{round(q * 100)}": histogram_quantile(q, buckets) for q in QUANTILES}
+    if any(v is None for v in values.values()):
+        return None
+    return {k: round(float(v), 6) for k, v in values.items() if v is not None}

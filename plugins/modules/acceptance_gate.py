@@ -16,6 +16,14 @@ description:
   - Fails when a request failed, when there are fewer than O(min_drafts) drafts to judge, or when the mean
     acceptance length (or the draft acceptance rate) is under its threshold. A failure returns every figure
     as well as O(report_path) files, so a rescue block can roll back and record why.
+  - Sends a pinned O(workload) (completions, and chats through the model's chat template with
+    C(chat_template_kwargs)); its sha256 goes with every result, with the greedy outputs' fingerprints
+    (sha256 per prompt), TTFT / TPOT percentiles (vLLM's histograms) and the O(identity) of what served.
+  - With O(release) and O(results_dir), keeps every result in C(<results_dir>/<release>.json) and judges
+    the run against the newest passed result of O(baseline_release) (the last good release) by relative
+    rules, see O(max_acceptance_drop), O(max_position0_drop), O(max_throughput_drop) and
+    O(min_identical_outputs). When they cannot apply (no last good release, another workload, another target
+    model) the result and message say why; they never drop out silently.
   - Measure on a server without other traffic; the counters of the whole server are read.
   - The report format is described in C(docs/gate-report.md).
 version_added: 0.1.0
@@ -34,7 +42,8 @@ attributes:
     support: partial
     details:
       - The server is only read, but each run measures anew; with O(report_path), C(changed) is true when
-        the report files' content changed, which a new run's timestamps usually do.
+        the report files' content changed, which a new run's timestamps usually do; keeping a result in
+        O(results_dir) is a change.
 options:
   url:
     description:
@@ -55,20 +64,80 @@ options:
   prompts:
     description:
       - Prompts to cycle through. Default is a shipped set of 12 varied prompts (code, math word problems, prose).
+      - With O(workload), replaces its prompts (as completions named C(p1), C(p2), ...).
     type: list
     elements: str
+  workload:
+    description:
+      - The pinned workload, a mapping with C(name), C(prompts) (each C(id) and either C(prompt) or C(messages),
+        optionally C(chat_template_kwargs) and C(max_tokens)), C(temperature), C(max_tokens), C(concurrency),
+        C(seed) and C(requests); the format is in the dflash_gate role's README.
+      - O(prompts), O(requests), O(max_tokens) and O(concurrency), when given, replace the workload's values
+        (and so change its hash).
+      - The role reads it from a YAML file; an invalid one fails before any traffic.
+    type: dict
+  validate_only:
+    description: Validate O(workload) and exit without traffic (the deploy runs this before any change).
+    type: bool
+    default: false
+  workload_source:
+    description: Where O(workload) came from (a file name), named in messages and the report.
+    type: str
+    default: workload
+  identity:
+    description:
+      - What serves, kept with the result and compared with the last good release's, keys
+        C(target_model), C(target_revision), C(drafter_model), C(drafter_revision), C(vllm_version),
+        C(vllm_commit), C(release). Relative rules need the same target model and revision; acceptance and
+        throughput rules also the same drafter; greedy outputs are compared in full when C(vllm_version) is
+        the same, else on their first 64 characters.
+    type: dict
+  release:
+    description: Name of the release under test; with O(results_dir), its result is kept there.
+    type: str
+  baseline_release:
+    description: The last good release (vllm_release's C(last_good)); its newest passed result is the baseline.
+    type: str
+  results_dir:
+    description:
+      - Directory of the kept results, one C(<release>.json) per release (newest 10 results each). The role
+        uses C(<vllm_root>/gate-results).
+    type: path
+  max_acceptance_drop:
+    description: Relative rule C(acceptance_length), the largest fall of the mean acceptance length (a fraction).
+    type: float
+    default: 0.10
+  max_position0_drop:
+    description: Relative rule C(position0), the largest fall of the position-0 acceptance rate (a fraction).
+    type: float
+    default: 0.10
+  max_throughput_drop:
+    description: Relative rule C(throughput), the largest fall of generation tokens/s (a fraction).
+    type: float
+    default: 0.25
+  min_identical_outputs:
+    description:
+      - Relative rule C(greedy_outputs), the smallest share of prompts (0..1) whose greedy output equals the
+        last good release's. Speculative decoding is lossless, so a drafter change must not change them.
+    type: float
+    default: 1.0
+  disabled_rules:
+    description: Relative rules to turn off.
+    type: list
+    elements: str
+    choices: [acceptance_length, position0, throughput, greedy_outputs]
+    default: []
   requests:
-    description: Number of completions to send in total.
+    description: Number of completions to send in total. Default 24, or the O(workload)'s.
     type: int
-    default: 24
   max_tokens:
-    description: C(max_tokens) of each completion. More tokens give more drafts, hence more evidence.
+    description:
+      - C(max_tokens) of each completion. More tokens give more drafts, hence more evidence.
+      - Default 128, or the O(workload)'s.
     type: int
-    default: 128
   concurrency:
-    description: Completions in flight at once.
+    description: Completions in flight at once. Default 4, or the O(workload)'s.
     type: int
-    default: 4
   min_mean_acceptance_length:
     description:
       - Lowest mean acceptance length (tokens per target forward pass, bonus token included) that passes.
@@ -205,9 +274,29 @@ tokens_per_second:
   returned: when traffic was sent
   type: float
   sample: 412.5
+relative:
+  description:
+    - The relative rules, C(baseline_release), C(skipped) (why none applied, or null) and C(checks), each
+      with C(rule), C(status) (pass, fail, skipped, off), C(message) and both figures.
+  returned: when traffic was sent
+  type: dict
+summary:
+  description: One line, release, commit, AL (CI95) vs the last good, tokens/s, verdict and the report's path.
+  returned: when traffic was sent
+  type: str
+  sample: "release r2 commit 4f1c2a9e: AL 3.20 (95% CI 3.11-3.29) vs 3.21 of last good r1, 412.5 tokens/s, ..."
+results_path:
+  description: The file the result was kept in (O(results_dir)); null without it.
+  returned: when traffic was sent
+  type: str
+workload_sha256:
+  description: sha256 of the normalised O(workload) (the same as in the report's C(workload.sha256)).
+  returned: with O(validate_only)
+  type: str
+  sample: df8156e86b12b4cac09686bb20e162a248a4557caf2d6492aea63f51e3ef8a48
 report:
   description:
-    - The full report (schema 1), as written to O(report_path); see C(docs/gate-report.md).
+    - The full report (schema 2), as written to O(report_path); see C(docs/gate-report.md).
     - Holds the thresholds, verdict, reasons, figures, request errors, time and server URL (never the api key).
   returned: when traffic was sent
   type: dict
@@ -222,6 +311,7 @@ ansible_facts:
       returned: on success
 """
 
+from typing import Any, Dict
 from urllib.parse import urlsplit
 
 from ansible.module_utils.basic import AnsibleModule
@@ -229,8 +319,17 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._gate import (
     GateError,
     GateSettings,
     run_gate,
+    summary_line,
     write_reports,
 )
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._gate_history import (
+    RULES,
+    HistoryError,
+    RelativeRules,
+    baseline_result,
+    save_result,
+)
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._workload import WorkloadError, load_workload
 
 FIGURES = (
     "mean_acceptance_length",
@@ -250,9 +349,9 @@ ARGUMENT_SPEC = dict(
     model=dict(type="str", required=True),
     api_key=dict(type="str", no_log=True),
     prompts=dict(type="list", elements="str"),
-    requests=dict(type="int", default=24),
-    max_tokens=dict(type="int", default=128, no_log=False),  # a token count, not a secret
-    concurrency=dict(type="int", default=4),
+    requests=dict(type="int"),
+    max_tokens=dict(type="int", no_log=False),  # a token count, not a secret
+    concurrency=dict(type="int"),
     min_mean_acceptance_length=dict(type="float", default=2.0),
     min_draft_acceptance_rate=dict(type="float"),
     min_drafts=dict(type="int", default=50),
@@ -260,7 +359,30 @@ ARGUMENT_SPEC = dict(
     deadline=dict(type="float"),
     report_path=dict(type="path"),
     validate_certs=dict(type="bool", default=True),
+    workload=dict(type="dict"),
+    workload_source=dict(type="str", default="workload"),
+    validate_only=dict(type="bool", default=False),
+    identity=dict(type="dict"),
+    release=dict(type="str"),
+    baseline_release=dict(type="str"),
+    results_dir=dict(type="path"),
+    max_acceptance_drop=dict(type="float", default=0.10),
+    max_position0_drop=dict(type="float", default=0.10),
+    max_throughput_drop=dict(type="float", default=0.25),
+    min_identical_outputs=dict(type="float", default=1.0),
+    disabled_rules=dict(type="list", elements="str", choices=list(RULES), default=[]),
 )
+
+
+def _with_overrides(params: Dict[str, Any]) -> Dict[str, Any]:
+    """The workload with the plain options that replace its values (they change its hash too)."""
+    data = dict(params["workload"])
+    if params["prompts"]:
+        data["prompts"] = [{"id": f"p{i + 1}", "prompt": text} for i, text in enumerate(params["prompts"])]
+    for name in ("requests", "max_tokens", "concurrency"):
+        if params[name] is not None:
+            data[name] = params[name]
+    return data
 
 
 def main() -> None:
@@ -273,6 +395,19 @@ def main() -> None:
         password = None
     if password:
         module.no_log_values.add(password)
+    workload = None
+    if params["workload"] is not None:
+        try:
+            workload = load_workload(_with_overrides(params), params["workload_source"])
+        except WorkloadError as exc:
+            module.fail_json(msg=str(exc), passed=False)
+    if params["validate_only"]:
+        module.exit_json(
+            changed=False,
+            passed=None,
+            workload_sha256=workload.sha256 if workload else None,
+            msg=f"workload {workload.name!r} ({workload.sha256}) is valid" if workload else "no workload given",
+        )
     if module.check_mode:
         module.exit_json(
             changed=False,
@@ -280,30 +415,66 @@ def main() -> None:
             passed=None,
             msg="check mode: no smoke traffic sent, so no verdict",
         )
+    identity = {k: v for k, v in (params["identity"] or {}).items() if v not in (None, "")}
+    if params["release"]:
+        identity["release"] = params["release"]
+    results_dir = params["results_dir"] or ""
+    baseline = None
+    if results_dir and params["baseline_release"]:
+        try:  # before any traffic: an unreadable baseline is refused, not silently skipped
+            baseline = baseline_result(results_dir, params["baseline_release"])
+        except HistoryError as exc:
+            module.fail_json(msg=str(exc), passed=False)
     settings = GateSettings(
         url=params["url"],
         model=params["model"],
         api_key=params["api_key"],
         prompts=params["prompts"] or (),
-        requests=params["requests"],
-        max_tokens=params["max_tokens"],
-        concurrency=params["concurrency"],
+        requests=params["requests"] or 24,
+        max_tokens=params["max_tokens"] or 128,
+        concurrency=params["concurrency"] or 4,
         min_mean_acceptance_length=params["min_mean_acceptance_length"],
         min_draft_acceptance_rate=params["min_draft_acceptance_rate"],
         min_drafts=params["min_drafts"],
         timeout=params["timeout"],
         deadline=params["deadline"],
         validate_certs=params["validate_certs"],
+        workload=workload,
+        identity=identity,
+        rules=RelativeRules(
+            max_acceptance_drop=params["max_acceptance_drop"],
+            max_position0_drop=params["max_position0_drop"],
+            max_throughput_drop=params["max_throughput_drop"],
+            min_identical_outputs=params["min_identical_outputs"],
+            disabled=frozenset(params["disabled_rules"]),
+        ),
+        baseline=baseline,
+        baseline_release=params["baseline_release"],
+        results_dir=results_dir,
     )
     try:
         outcome = run_gate(settings)
     except GateError as exc:
         module.fail_json(msg=str(exc), passed=False)
     result = {name: outcome.report[name] for name in FIGURES}
-    result.update(changed=False, passed=outcome.passed, report=outcome.report, msg=outcome.message)
+    result.update(
+        changed=False,
+        passed=outcome.passed,
+        report=outcome.report,
+        msg=outcome.message,
+        relative=outcome.report["relative"],
+        summary=summary_line(outcome.report, params["report_path"]),
+        results_path=None,
+    )
+    if results_dir and params["release"]:
+        try:  # every result is kept, failed ones too: the history says what was measured and why it failed
+            result["results_path"] = save_result(results_dir, params["release"], outcome.report)
+            result["changed"] = True
+        except HistoryError as exc:
+            module.fail_json(**dict(result, msg=f"{exc} (verdict: {outcome.message})", passed=False))
     if params["report_path"]:
         try:
-            result["changed"] = write_reports(outcome.report, params["report_path"])
+            result["changed"] = write_reports(outcome.report, params["report_path"]) or result["changed"]
         except GateError as exc:
             module.fail_json(**dict(result, msg=f"{exc} (verdict: {outcome.message})", passed=False))
     if not outcome.passed:

@@ -204,6 +204,68 @@ def test_stop_kills_what_ignores_the_kill_signal_after_timeout_stop_sec(tmp_path
     assert not alive(started["pid"])
 
 
+def test_exec_start_unescapes_systemds_dollar_and_percent():
+    line = "/bin/sh -c 'r=$$(readlink -f /opt/x) && exec \"$$r/bin/vllm\" serve --n 100%%'"
+    assert unit_exec.exec_start({"ExecStart": [line]}) == [
+        "/bin/sh",
+        "-c",
+        'r=$(readlink -f /opt/x) && exec "$r/bin/vllm" serve --n 100%',
+    ]
+
+
+def test_the_roles_unit_runs_the_current_release_with_its_own_cache_root_under_the_state_root(tmp_path):
+    """vllm_service's ExecStart (a /bin/sh that resolves `current` once) run by unit_exec: the release's venv,
+    VLLM_CACHE_ROOT per release, and the unit's /var/cache path moved under --state-root."""
+    release = tmp_path / "opt" / "releases" / "abc123-def"
+    (release / "venv" / "bin").mkdir(parents=True)
+    (tmp_path / "opt" / "current").symlink_to("releases/abc123-def")
+    port = free_port()
+    script = tmp_path / "server.py"
+    script.write_text(SERVER)
+    vllm = release / "venv" / "bin" / "vllm"
+    vllm.write_text(f"#!/bin/sh\nexec {sys.executable} {script} {port}\n")
+    vllm.chmod(0o755)
+    unit = write_unit(
+        tmp_path,
+        f"/bin/sh -c 'release=$$(readlink -f {tmp_path}/opt/current) && export VLLM_CACHE_ROOT=/var/cache/vllm/"
+        'test/$${release##*/} && exec "$$release/venv/bin/vllm" serve\'',
+        extra="KillMode=mixed",
+    )
+    state, pidfile, log = tmp_path / "state", tmp_path / "server.pid", tmp_path / "server.log"
+    rc, started = run_helper(
+        "start", str(unit), f"--pidfile={pidfile}", f"--log={log}", f"--health-url=http://127.0.0.1:{port}/",
+        "--timeout=30", f"--state-root={state}",
+    )  # fmt: skip
+    try:
+        assert rc == 0, started
+        seen = json.loads(unit_exec._OPENER.open(f"http://127.0.0.1:{port}/env", timeout=5).read())
+        assert seen["env"]["VLLM_CACHE_ROOT"] == f"{state}/var/cache/vllm/test/abc123-def"
+        assert seen["argv"] == [str(script), str(port)]
+    finally:
+        rc, stopped = run_helper("stop", str(unit), f"--pidfile={pidfile}")
+    assert rc == 0 and stopped["stopped"], stopped
+
+
+def test_mixed_kill_mode_signals_the_main_process_only_and_kills_the_rest_after_it(tmp_path):
+    port = free_port()
+    script = tmp_path / "server.py"
+    script.write_text(SERVER)
+    unit = write_unit(tmp_path, f"{sys.executable} {script} {port}", "CHILD=1\n", extra="KillMode=mixed")
+    state, pidfile, log = tmp_path / "state", tmp_path / "server.pid", tmp_path / "server.log"
+    rc, started = run_helper(
+        "start", str(unit), f"--pidfile={pidfile}", f"--log={log}", f"--health-url=http://127.0.0.1:{port}/",
+        "--timeout=30", f"--state-root={state}",
+    )  # fmt: skip
+    assert rc == 0, started
+    child = int((state / "var/lib/vllm/child.pid").read_text())
+    rc, stopped = run_helper("stop", str(unit), f"--pidfile={pidfile}")
+    assert rc == 0, stopped
+    assert stopped["kill_mode"] == "mixed"
+    # the child never got SIGTERM (control-group would have ended it): it is what SIGKILL had to end
+    assert stopped["killed"] == [child]
+    assert not alive(started["pid"]) and not alive(child)
+
+
 def test_start_reports_a_server_that_exits(tmp_path):
     unit = write_unit(tmp_path, f"{sys.executable} -c 'import sys; print(\"boom\"); sys.exit(3)'")
     pidfile, log = tmp_path / "server.pid", tmp_path / "server.log"
@@ -332,3 +394,37 @@ def test_make_release_cli_prints_one_json_object(tmp_path):
     )  # fmt: skip
     assert bad.returncode == 1
     assert json.loads(bad.stdout) == {"failed": True, "msg": f"--site {tmp_path / 'absent'} is not a directory"}
+
+
+# ---------------------------------------------------------------------------------------- engine_death
+
+
+def test_engine_death_records_the_exit_status_and_what_each_restart_policy_does(tmp_path):
+    """engine_death.py against the fixture engine (TEST EQUIPMENT, which dies as vLLM does): the API server
+    exits 0 after its engine core is killed, which on-failure would not restart and always does."""
+    port = free_port()
+    engine_source = HERE.parent / "fixtures" / "engine"
+    unit = write_unit(
+        tmp_path,
+        f"{sys.executable} -m vllm.entrypoints.cli.main serve tiny --host 127.0.0.1 --port {port} -tp 2",
+        f"PYTHONPATH={engine_source}\nVLLM_FIXTURE_STEP_DELAY_S=0.05\n",
+        extra="Restart=always\nKillMode=mixed",
+    )
+    log = tmp_path / "server.log"
+    result = subprocess.run(
+        [sys.executable, str(HERE / "engine_death.py"), str(unit), f"--log={log}",
+         f"--health-url=http://127.0.0.1:{port}/health", "--model=tiny", "--timeout=60", f"--state-root={tmp_path}"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    record = json.loads(result.stdout)
+    assert result.returncode == 0, record
+    assert record["exit_status"] == 0
+    assert record["restarts_under"] == {"on-failure": False, "always": True}
+    assert record["unit_restart"] == "always" and record["unit_would_restart"] is True
+    assert record["engine_core"]["comm"] == "VLLM::EngineCor"
+    assert len(record["workers"]) == 2
+    request = record["request_in_flight"]
+    assert request["in_flight_at_kill"] is True
+    assert request["error_event"]["code"] == 500 and not request.get("finish_reason")  # cut, never finished
+    assert 503 in [status for _, status in record["health_after_kill"]]  # until the watchdog ends the server
+    assert record["left_in_group"] == []

@@ -94,7 +94,7 @@ def test_the_proof_passes_against_the_fixture_engine(tmp_path, engine_site):
     failures = {name: case["error"] for name, case in summary["cases"].items() if not case["ok"]}
     assert proc.returncode == 0, f"{failures or summary['run']}\n{proc.stdout[-3000:]}"
     assert summary["passed"] is True
-    assert sorted(summary["cases"]) == ["facts", "preflight", "random", "release", "synthetic"]
+    assert sorted(summary["cases"]) == ["engine_death", "facts", "preflight", "random", "release", "synthetic"]
     assert sorted(p.name for p in results.iterdir()) == ["ansible.log", "facts-vllm.json", "proof.tgz", "summary.json"]
 
     facts = summary["cases"]["facts"]["data"]
@@ -114,8 +114,12 @@ def test_the_proof_passes_against_the_fixture_engine(tmp_path, engine_site):
     synthetic = summary["cases"]["synthetic"]["data"]
     root = tmp_path / "opt" / "vllm"
     config = tmp_path / "etc" / "vllm" / "proof.yaml"
-    assert synthetic["exec_start"] == [f"{root}/current/venv/bin/vllm", "serve", "--config", str(config),
-                                       "--shutdown-timeout", "10"]  # fmt: skip
+    # the role's ExecStart: `current` resolved once, the release's own cache root (moved under the state root)
+    shell, flag, script = synthetic["exec_start"]
+    assert (shell, flag) == ("/bin/sh", "-c")
+    assert script.startswith(f"release=$(readlink -f {root}/current) && export VLLM_CACHE_ROOT=")
+    assert f"{tmp_path / 'state'}/var/cache/vllm/proof/${{release##*/}}" in script
+    assert script.endswith(f'exec "$release/venv/bin/vllm" serve --config {config} --shutdown-timeout 10')
     assert synthetic["gate"]["passed"] is True
     assert synthetic["gate"]["mean_acceptance_length"] == pytest.approx(3.0, abs=0.01)
     assert [round(rate, 2) for rate in synthetic["gate"]["per_position_acceptance"]] == [1, 1, 0, 0, 0, 0, 0]
@@ -126,3 +130,12 @@ def test_the_proof_passes_against_the_fixture_engine(tmp_path, engine_site):
     assert "mean acceptance length" in random["gate_failure"]
     assert random["stop"]["stopped"] is True
     assert not (tmp_path / "base" / "out" / "server.pid").exists()
+
+    # the fixture engine dies as vLLM does: exit status 0, which only Restart=always restarts
+    death = summary["cases"]["engine_death"]["data"]
+    assert death["exit_status"] == 0
+    assert death["restarts_under"] == {"on-failure": False, "always": True}
+    assert death["unit_restart"] == "always" and death["unit_would_restart"] is True
+    assert death["request_in_flight"]["in_flight_at_kill"] is True
+    assert death["request_in_flight"]["error_event"]["code"] == 500
+    assert death["left_in_group"] == []

@@ -11,8 +11,10 @@ The process gets its own session (its process group stands in for the unit's con
 stdout and stderr go to --log (the journal). It then polls --health-url until HTTP 200, the process
 exits, or --timeout passes. Exit status 0 only when the server is healthy.
 
-`stop` does what `systemctl stop` does with KillMode=control-group: KillSignal= to every process of the
-group, SIGKILL to whatever is left after TimeoutStopSec=.
+`stop` does what `systemctl stop` does: with KillMode=control-group (systemd's default), KillSignal= to
+every process of the group and SIGKILL to whatever is left after TimeoutStopSec=; with KillMode=mixed,
+KillSignal= to the main process only and SIGKILL to the rest of the group once it exited (or after
+TimeoutStopSec=). `$$` and `%%` in ExecStart= are unescaped as systemd does; other `$` and `%` are refused.
 
 Not reproduced: User=/Group= (it runs as the caller), the sandboxing directives and the unit's resource
 limits. StateDirectory=/CacheDirectory=/LogsDirectory= are created as systemd would; with --state-root
@@ -37,7 +39,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 # No proxy: the server is local, whatever http_proxy the caller has.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -94,9 +96,11 @@ def exec_start(settings: Dict[str, List[str]]) -> List[str]:
     if len(values) != 1:
         raise UnitError(f"the unit needs exactly one ExecStart= (Type=exec), found {len(values)}")
     command = values[0].lstrip("-@:+!")  # systemd's prefixes change privileges/failure handling, not argv
-    if "$" in command or "%" in command:
+    unescaped = command.replace("$$", "").replace("%%", "")
+    if "$" in unescaped or "%" in unescaped:
         raise UnitError("ExecStart= uses $VAR or %-specifiers, which this runner does not expand")
-    return shlex.split(command)
+    # `$$` and `%%` are systemd's escapes for a literal `$` and `%` (the role's /bin/sh -c command line)
+    return shlex.split(command.replace("$$", "$").replace("%%", "%"))
 
 
 def parse_environment(values: List[str]) -> Dict[str, str]:
@@ -136,6 +140,13 @@ def move(path: str, state_root: str) -> str:
     if state_root and path.startswith(MOVABLE_PREFIXES):
         return os.path.join(state_root, path.lstrip("/"))
     return path
+
+
+def move_in_text(text: str, state_root: str) -> str:
+    """`move` for every /var/{lib,cache,log}/ path inside a command line (the role's sh -c script)."""
+    if not state_root:
+        return text
+    return re.sub(r"(?<![\w/.])/var/(lib|cache|log)/", lambda m: move(m.group(0), state_root), text)
 
 
 def service_environment(settings: Dict[str, List[str]], state_root: str) -> Dict[str, str]:
@@ -188,10 +199,11 @@ def log_excerpt(path: str, limit: int = 8) -> Dict[str, List[str]]:
     return excerpt
 
 
-def start(unit: str, pidfile: str, log: str, health_url: str, timeout: float, state_root: str) -> Dict[str, Any]:
+def spawn(unit: str, log: str, state_root: str) -> Tuple[subprocess.Popen, Dict[str, Any]]:
+    """Run the unit's ExecStart= as systemd would (own session, output to `log`); the process and a record."""
     with open(unit, encoding="utf-8") as handle:
         settings = parse_unit(handle.read())
-    argv = exec_start(settings)
+    argv = [move_in_text(arg, state_root) for arg in exec_start(settings)]
     env = service_environment(settings, state_root)
     directories = create_directories(settings, state_root)
     cwd = move(last(settings, "WorkingDirectory", "/") or "/", state_root)
@@ -207,11 +219,16 @@ def start(unit: str, pidfile: str, log: str, health_url: str, timeout: float, st
         "log": log,
     }
     os.makedirs(os.path.dirname(os.path.abspath(log)), exist_ok=True)
-    started = time.time()
     with open(log, "ab") as out:
         process = subprocess.Popen(
             argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True
         )
+    return process, result
+
+
+def start(unit: str, pidfile: str, log: str, health_url: str, timeout: float, state_root: str) -> Dict[str, Any]:
+    started = time.time()
+    process, result = spawn(unit, log, state_root)
     with open(pidfile, "w", encoding="utf-8") as handle:
         handle.write(f"{process.pid}\n")
     result["pid"] = process.pid
@@ -266,12 +283,21 @@ def stop(unit: str, pidfile: str, log: Optional[str]) -> Dict[str, Any]:
             pgid = int(handle.read().strip())
     except (OSError, ValueError):
         return {"stopped": True, "msg": f"no pidfile {pidfile}: nothing to stop"}
+    kill_mode = last(settings, "KillMode", "control-group") or "control-group"
     started = time.time()
-    result: Dict[str, Any] = {"pid": pgid, "signal": name, "timeout_stop_s": stop_timeout, "killed": []}
+    result: Dict[str, Any] = {"pid": pgid, "signal": name, "timeout_stop_s": stop_timeout, "killed": [],
+                              "kill_mode": kill_mode}  # fmt: skip
     if _group_members(pgid):
-        _signal_group(pgid, signum)
-        while _group_members(pgid) and time.time() - started < stop_timeout:
-            time.sleep(0.25)
+        if kill_mode == "mixed":
+            # KillSignal= to the main process only; SIGKILL to the rest of the unit once it is gone
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pgid, signum)
+            while pgid in _group_members(pgid) and time.time() - started < stop_timeout:
+                time.sleep(0.25)
+        else:
+            _signal_group(pgid, signum)
+            while _group_members(pgid) and time.time() - started < stop_timeout:
+                time.sleep(0.25)
         left = _group_members(pgid)
         if left:
             result["killed"] = left
@@ -288,7 +314,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     sub = parser.add_subparsers(dest="command", required=True)
     start_parser = sub.add_parser("start", help="start ExecStart= and wait for health")
-    stop_parser = sub.add_parser("stop", help="stop the process group as KillMode=control-group does")
+    stop_parser = sub.add_parser("stop", help="stop the process group as the unit's KillMode= does")
     for each in (start_parser, stop_parser):
         each.add_argument("unit", help="the rendered unit file")
         each.add_argument("--pidfile", required=True)

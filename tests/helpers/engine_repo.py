@@ -20,6 +20,7 @@ Refs (annotated tags map to the commit they point at):
     refs/heads/fault/broken-ext     main + a syntax error in csrc/ops.c: the build fails
     refs/heads/fault/missing-so     main + csrc/fixture-faults.json: the build succeeds without vllm._moe_C
     refs/heads/fault/crash-on-start main + CRASH_ON_START = True: `vllm serve` exits 1 right after start
+    refs/heads/fault/acceptance-drop main + ACCEPTANCE_LENGTH_DROP = 0.5: the mean acceptance length falls by 0.5
     refs/heads/fault/no-probe       main with the probed DFlash files as vLLM 0.20.1 wrote them (faults/no-probe/)
 Each fault branch is main + 1 commit (0.1.dev6+g<hash>). A bump adds one commit to NEWS.md.
 """
@@ -215,6 +216,10 @@ def _populate(work: Path, source: Path) -> None:
     b.branch_from_main("fault/crash-on-start")
     b.edit("vllm/_fixture_faults.py", "CRASH_ON_START = False", "CRASH_ON_START = True")
     b.commit("fault: vllm serve crashes right after it starts")
+
+    b.branch_from_main("fault/acceptance-drop")
+    b.edit("vllm/_fixture_faults.py", "ACCEPTANCE_LENGTH_DROP = 0.0", "ACCEPTANCE_LENGTH_DROP = 0.5")
+    b.commit("fault: the mean acceptance length falls by 0.5 (e.g. 3.2 -> 2.7), nothing else changes")
 
     b.branch_from_main("fault/no-probe")
     b.overlay(source / FAULTS_DIR / "no-probe")

@@ -17,7 +17,9 @@ def test_service_runs_as_vllm_from_current(host):
     assert host.user("vllm").uid == int(uid)
     assert host.user("vllm").shell == "/usr/sbin/nologin"
     exe = host.check_output(f"tr '\\0' ' ' < /proc/{pid}/cmdline")
-    assert "/opt/vllm/current/venv/bin/vllm serve --config /etc/vllm/default.yaml" in exe
+    # `current` resolved once at the start (the unit's ExecStart): the release it named then
+    current = release_state(host)["current"]
+    assert f"/opt/vllm/releases/{current}/venv/bin/vllm serve --config /etc/vllm/default.yaml" in exe
 
 
 def test_current_is_a_relative_link_to_the_active_release(host):
@@ -69,8 +71,8 @@ def test_unit_is_hardened(host):
         "ProtectHome=yes",
         "PrivateTmp=yes",
         "DevicePolicy=closed",
-        "KillMode=control-group",
-        "Restart=on-failure",
+        "KillMode=mixed",
+        "Restart=always",
         "User=vllm",
     ):
         assert expected in props

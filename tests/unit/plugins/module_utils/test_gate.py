@@ -592,7 +592,7 @@ def test_a_huge_metrics_page_is_cut_off_at_the_cap():
 
     def stream():
         line = b"# filler " + b"x" * 1014 + b"\n"
-        for _ in range(_gate_module().MAX_METRICS_BYTES // len(line) + 64):
+        for _line in range(_gate_module().MAX_METRICS_BYTES // len(line) + 64):
             sent.append(len(line))
             yield line
 
@@ -625,3 +625,120 @@ def test_credentials_in_the_url_are_refused_and_never_shown():
         run_gate(settings("http://admin:s3cr3t-pw@127.0.0.1:1"))
     assert "carries credentials" in str(error.value) and "api_key" in str(error.value)
     assert "s3cr3t-pw" not in str(error.value) and "admin" not in str(error.value)
+
+
+# ---------------------------------------------------------------------- workload and relative rules
+
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._gate import summary_line  # noqa: E402
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._gate_history import RelativeRules  # noqa: E402
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._workload import load_workload  # noqa: E402
+
+WORKLOAD = {
+    "name": "mix",
+    "max_tokens": 32,
+    "concurrency": 2,
+    "seed": 7,
+    "requests": 8,
+    "prompts": [
+        {"id": "code", "prompt": "def merge(a, b):"},
+        {
+            "id": "think",
+            "messages": [{"role": "user", "content": "What is 17 * 23?"}],
+            "chat_template_kwargs": {"enable_thinking": True},
+            "max_tokens": 48,
+        },
+    ],
+}
+IDENTITY = {"target_model": "tiny", "target_revision": "r", "drafter_model": "d", "drafter_revision": "x"}
+
+
+# The fake answers at once: its tokens/s is wall-time noise, so the throughput rule is tested on figures
+# (test_gate_history.py), not here.
+NO_THROUGHPUT = RelativeRules(disabled=frozenset({"throughput"}))
+
+
+def gate_with(fake, **overrides):
+    values = dict(
+        workload=load_workload(WORKLOAD, "mix.yml"), identity=dict(IDENTITY), min_drafts=1, rules=NO_THROUGHPUT
+    )
+    values.update(overrides)
+    return run_gate(settings(fake.url, **values))
+
+
+def test_the_workload_sends_completions_and_chats_with_its_seed_and_kwargs():
+    with FakeVLLM(accepted_pattern=(2,), version="0.27.1") as fake:
+        outcome = gate_with(fake)
+    bodies = [r["body"] for r in fake.requests]
+    chats = [b for b in bodies if "messages" in b]
+    assert len(bodies) == 8 and len(chats) == 4
+    assert {b["seed"] for b in bodies} == {7} and {b["temperature"] for b in bodies} == {0}
+    assert {b["max_tokens"] for b in chats} == {48}
+    assert all(b["chat_template_kwargs"] == {"enable_thinking": True} for b in chats)
+    report = outcome.report
+    assert outcome.passed and report["workload"]["sha256"] == load_workload(WORKLOAD).sha256
+    assert set(report["fingerprints"]) == {"code", "think"} and report["unstable_outputs"] == []
+    assert report["identity"]["vllm_version"] == "0.27.1"  # read from GET /version
+    assert "no last good release" in report["relative"]["skipped"] and "relative rules skipped" in outcome.message
+    assert summary_line(report).endswith(
+        "vs none (relative rules skipped: no last good release), "
+        f"{report['tokens_per_second']:.1f} tokens/s, verdict PASS, report none"
+    )
+    assert report["latency"]["e2e_seconds"]["p50"] > 0
+    assert report["latency"]["ttft_seconds"] is None  # the fake has no histograms: said, not invented
+
+
+def test_a_fall_from_3_2_to_2_7_fails_against_the_last_good_release_and_the_report_shows_both(tmp_path):
+    # pattern means: (2, 2, 3, 2, 2) -> 3.2; (2, 1, 2, 2, 1, 2, 2, 2, 1, 2) -> 2.7
+    with FakeVLLM(accepted_pattern=(2, 2, 3, 2, 2), version="0.27.1") as fake:
+        good = gate_with(fake, identity=dict(IDENTITY, release="r1"))
+    assert good.passed
+    with FakeVLLM(accepted_pattern=(2, 1, 2, 2, 1, 2, 2, 2, 1, 2), version="0.27.1") as fake:
+        bad = gate_with(fake, identity=dict(IDENTITY, release="r2"), baseline=good.report, baseline_release="r1")
+    assert not bad.passed
+    assert bad.report["mean_acceptance_length"] == pytest.approx(2.7, abs=0.05)
+    assert any("relative rule acceptance_length" in r and "max_acceptance_drop" in r for r in bad.report["reasons"])
+    markdown = render_markdown(bad.report)
+    assert "| figure | r2 | r1 (last good) |" in markdown
+    assert "## Acceptance rate per draft position (r2)" in markdown
+    assert "## Acceptance rate per draft position (r1, last good)" in markdown
+    line = summary_line(bad.report, str(tmp_path / "gate.json"))
+    assert line.startswith("release r2 commit ?: AL 2.7") and "of last good r1" in line
+    assert "verdict FAIL" in line and line.endswith(str(tmp_path / "gate.md"))
+    # turned off, the same figures pass, and the result says the rule was off
+    off = RelativeRules(disabled=frozenset({"acceptance_length", "position0", "throughput"}))
+    with FakeVLLM(accepted_pattern=(2, 1, 2, 2, 1, 2, 2, 2, 1, 2), version="0.27.1") as fake:
+        allowed = gate_with(fake, baseline=good.report, baseline_release="r1", rules=off)
+    assert allowed.passed, allowed.message
+    assert {c["rule"]: c["status"] for c in allowed.report["relative"]["checks"]}["acceptance_length"] == "off"
+
+
+def test_other_greedy_text_fails_the_lossless_check():
+    with FakeVLLM(accepted_pattern=(2,), version="0.27.1") as fake:
+        good = gate_with(fake)
+    with FakeVLLM(accepted_pattern=(2,), version="0.27.1", word=" ipsum") as fake:
+        bad = gate_with(fake, baseline=good.report, baseline_release="r1")
+    assert not bad.passed and "relative rule greedy_outputs: 0 of 2 prompts" in bad.message
+
+
+def test_a_last_good_result_of_another_workload_is_named_not_silently_dropped():
+    with FakeVLLM(accepted_pattern=(2,)) as fake:
+        good = gate_with(fake)
+        other = gate_with(fake, workload=load_workload(dict(WORKLOAD, seed=8)), baseline=good.report,
+                          baseline_release="r1")  # fmt: skip
+    assert other.passed and "relative rules skipped: other workload" in other.message
+    assert other.report["relative"]["checks"] == []
+
+
+def test_a_prompt_the_model_cannot_take_names_the_prompt_and_the_fix():
+    long_prompt = dict(WORKLOAD, prompts=[*WORKLOAD["prompts"], {"id": "essay", "prompt": "word " * 100}])
+    with FakeVLLM(accepted_pattern=(2,), max_prompt_chars=200) as fake:
+        outcome = gate_with(fake, workload=load_workload(long_prompt, "mine.yml"))
+    assert not outcome.passed
+    assert "prompt 'essay' of workload 'mix' refused by the served model (HTTP 400" in outcome.message
+    assert "maximum context length" in outcome.message and "mine.yml" in outcome.message
+
+
+def test_rule_options_out_of_range_are_refused_before_any_traffic():
+    with FakeVLLM() as fake, pytest.raises(GateError, match="max_throughput_drop must be a fraction"):
+        gate_with(fake, rules=RelativeRules(max_throughput_drop=2.0))
+    assert fake.requests == []

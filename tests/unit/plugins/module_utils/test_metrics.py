@@ -297,3 +297,36 @@ def test_no_drafts_gives_no_figures():
         None,
     )
     assert stats.ci_method == "none"
+
+
+# ------------------------------------------------------------------------------------------- latency
+
+
+def test_ttft_and_tpot_percentiles_from_a_real_vllm_page():
+    from ansible_collections.vllm_ops.dflash.plugins.module_utils._metrics import (
+        TPOT_HISTOGRAMS,
+        TTFT_HISTOGRAMS,
+        bucket_delta,
+        histogram_buckets,
+        latency_percentiles,
+    )
+
+    families = parse_metrics(page("dflash"))
+    ttft = histogram_buckets(families, TTFT_HISTOGRAMS, "tiny")
+    tpot = histogram_buckets(families, TPOT_HISTOGRAMS, "tiny")
+    assert ttft is not None and tpot is not None and ttft[math.inf] > 0
+    figures = latency_percentiles(bucket_delta(None, ttft))
+    assert figures is not None and 0 < figures["p50"] <= figures["p90"] <= figures["p99"]
+    # nothing observed in the window -> no percentiles (not zeros)
+    assert latency_percentiles(bucket_delta(ttft, ttft)) is None
+    assert histogram_buckets(families, ("vllm:no_such_histogram",), "tiny") is None
+
+
+def test_histogram_quantile_interpolates_like_prometheus():
+    from ansible_collections.vllm_ops.dflash.plugins.module_utils._metrics import bucket_delta, histogram_quantile
+
+    buckets = {0.1: 10.0, 0.2: 30.0, 0.4: 40.0, math.inf: 40.0}
+    assert histogram_quantile(0.5, buckets) == pytest.approx(0.15)  # rank 20: halfway through (0.1, 0.2]
+    assert histogram_quantile(0.25, buckets) == pytest.approx(0.1)
+    assert histogram_quantile(1.0, {0.1: 1.0, math.inf: 2.0}) == 0.1  # in +Inf: the highest finite bound
+    assert bucket_delta({0.1: 5.0, math.inf: 5.0}, {0.1: 4.0, math.inf: 4.0}) == {}  # restarted server

@@ -173,6 +173,51 @@ def test_a_password_in_the_url_is_refused_and_masked_everywhere(tmp_path):
 
 def test_the_deadline_option_reaches_the_gate(tmp_path):
     with FakeVLLM(response_delay=3.0) as fake:
-        result, _ = run_module(tmp_path, url=fake.url, model="tiny", requests=2, timeout=30, deadline=1)
+        result = run_module(tmp_path, url=fake.url, model="tiny", requests=2, timeout=30, deadline=1)[0]
     assert result["failed"] is True
     assert "deadline of 1 s" in result["msg"] or "deadline of 1 s" in json.dumps(result.get("report", {}))
+
+
+WORKLOAD = {"name": "mix", "max_tokens": 32, "requests": 6, "prompts": [
+    {"id": "code", "prompt": "def merge(a, b):"},
+    {"id": "chat", "messages": [{"role": "user", "content": "hi"}], "chat_template_kwargs": {"enable_thinking": False}},
+]}  # fmt: skip
+
+
+def test_results_are_kept_and_the_next_release_is_judged_against_the_last_good(tmp_path):
+    results = tmp_path / "gate-results"
+    common = dict(model="tiny", workload=WORKLOAD, workload_source="mix.yml", results_dir=str(results),
+                  min_drafts=1, disabled_rules=["throughput"], identity={"target_model": "tiny"})  # fmt: skip
+    with FakeVLLM(accepted_pattern=(2, 2, 3, 2, 2)) as fake:
+        first = run_module(tmp_path, url=fake.url, release="r1", **common)[0]
+    assert first["passed"] is True and first["changed"] is True, first.get("msg")
+    assert first["results_path"] == str(results / "r1.json")
+    assert "no last good release" in first["relative"]["skipped"] and "relative rules skipped" in first["msg"]
+    kept = json.loads((results / "r1.json").read_text())["results"]
+    assert kept[-1]["workload"]["sha256"] == first["report"]["workload"]["sha256"]
+    with FakeVLLM(accepted_pattern=(2, 1, 2, 2, 1, 2, 2, 2, 1, 2)) as fake:
+        second = run_module(tmp_path, url=fake.url, release="r2", baseline_release="r1", **common)[0]
+    assert second["failed"] is True and second["passed"] is False
+    assert "relative rule acceptance_length" in second["msg"] and "of the last good release r1" in second["msg"]
+    assert second["summary"].startswith("release r2 ") and "verdict FAIL" in second["summary"]
+    # the failed result is kept too, beside r1's
+    assert json.loads((results / "r2.json").read_text())["results"][-1]["passed"] is False
+
+
+def test_an_invalid_workload_fails_before_any_traffic_and_validate_only_checks_it(tmp_path):
+    bad = dict(WORKLOAD, prompts=[{"id": "x"}])
+    with FakeVLLM() as fake:
+        result = run_module(tmp_path, url=fake.url, model="tiny", workload=bad, workload_source="mine.yml")[0]
+        ok = run_module(tmp_path, url=fake.url, model="tiny", workload=WORKLOAD, validate_only=True)[0]
+    assert result["failed"] is True and "invalid gate workload mine.yml" in result["msg"] and "Fix:" in result["msg"]
+    assert ok.get("failed") is not True and len(ok["workload_sha256"]) == 64
+    assert fake.requests == [] and fake.metrics_scrapes == 0
+
+
+def test_a_corrupt_last_good_result_is_refused_not_skipped(tmp_path):
+    (tmp_path / "r1.json").write_text("garbage")
+    with FakeVLLM() as fake:
+        args = dict(url=fake.url, model="tiny", results_dir=str(tmp_path), release="r2", baseline_release="r1")
+        result = run_module(tmp_path, **args)[0]
+    assert result["failed"] is True and "r1.json" in result["msg"] and "repair or remove" in result["msg"]
+    assert fake.requests == []

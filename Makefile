@@ -57,6 +57,8 @@ lint: venv $(COLL)
 	$(BIN)/ansible-lint --profile production
 	$(BIN)/python tests/tools/check_argument_specs.py
 	$(BIN)/antsibull-changelog lint
+	promtool check rules roles/dflash_monitoring/files/dflash-alerts.rules.yml
+	cd tests/unit/fixtures/prometheus && promtool test rules dflash-alerts.test.yml
 
 ## build: the collection tarball, as Galaxy would get it
 build: venv

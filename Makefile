@@ -17,10 +17,10 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 export ANSIBLE_FORCE_COLOR := 0
 export PY_COLORS := 0
 
-.PHONY: test venv testhost wheelhouse unit sanity lint molecule demo demo-destroy build clean bench
+.PHONY: test venv testhost wheelhouse unit sanity lint molecule demo demo-destroy build clean bench ee
 
 ## test: everything CI runs, from scratch (venv, podman + test host image, unit, sanity, lint, molecule)
-test: venv testhost unit lint sanity molecule
+test: venv testhost unit lint sanity ee molecule
 	@echo "make test: all stages passed"
 
 venv: $(STAMP)
@@ -64,6 +64,17 @@ lint: venv $(COLL)
 build: venv
 	rm -rf build && mkdir -p build
 	$(BIN)/ansible-galaxy collection build --output-path build .
+
+## ee: the AWX/AAP execution environment's build context, from the built tarball (ansible-builder create
+## pulls no image); `podman build $(EE_CONTEXT)` makes the image
+EE_CONTEXT ?= .cache/ee-context
+ee: build
+	mkdir -p build/ee && cp build/vllm_ops-dflash-*.tar.gz build/ee/vllm_ops-dflash.tar.gz
+	rm -rf $(EE_CONTEXT)
+	$(BIN)/ansible-builder create -f execution-environment.yml -c $(EE_CONTEXT) --output-filename Containerfile
+	for f in Containerfile _build/requirements.yml _build/collections/vllm_ops-dflash.tar.gz; do \
+	  test -s $(EE_CONTEXT)/$$f || { echo "ansible-builder create did not write $$f"; exit 1; }; done
+	grep -q 'ansible-galaxy collection install' $(EE_CONTEXT)/Containerfile
 
 ## sanity: ansible-test sanity on the built and installed collection
 sanity: build

@@ -48,7 +48,7 @@ FAMILIES: Tuple[Tuple[str, str], ...] = (
     ("dflash_gate_tokens_per_second", "Generation tokens per second during the gate's traffic."),
     ("dflash_gate_timestamp_seconds", "When the gate's traffic ended (Unix time)."),
 )
-METRIC_NAMES: Tuple[str, ...] = tuple(name for name, _ in FAMILIES)
+METRIC_NAMES: Tuple[str, ...] = tuple(family[0] for family in FAMILIES)
 
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 # Labels this file sets itself; an extra label may not take one of these names.
@@ -167,7 +167,11 @@ def gate_samples(
             "the gate result has no verdict or no acceptance length (check mode, a skipped gate, or "
             "no drafts). Fix: write the metrics only after a gate that measured"
         )
-    if not isinstance(alert_margin, (int, float)) or isinstance(alert_margin, bool) or not alert_margin >= 0:
+    if (
+        not isinstance(alert_margin, (int, float))
+        or isinstance(alert_margin, bool)
+        or (math.isnan(alert_margin) or alert_margin < 0)
+    ):
         raise TextfileError(
             f"alert_margin {alert_margin!r} is not a number >= 0. Fix: give the acceptance length "
             "drop to tolerate, e.g. 0.5"

@@ -141,11 +141,12 @@ def main() -> None:
         try:
             write_text_atomic(path, text)
         except OSError as exc:
-            module.fail_json(
+            result.update(
+                changed=False,
                 msg=f"cannot write {path} ({exc.strerror or exc}). Fix: point path at a writable "
                 f"directory (node_exporter's --collector.textfile.directory) or run with become",
-                **dict(result, changed=False),
             )
+            module.fail_json(**result)
     module.exit_json(**result)
 
 

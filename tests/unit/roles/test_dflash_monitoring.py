@@ -80,7 +80,7 @@ def test_the_recorded_gate_series_have_the_labels_the_core_writes():
         "metrics_model_name": "qwen36",
         "thresholds": {"min_mean_acceptance_length": 2.0},
     }
-    written = {name: {key for key, _ in labels} for name, labels, _ in _textfile.gate_samples(report, "default")}
+    written = {sample[0]: {pair[0] for pair in sample[1]} for sample in _textfile.gate_samples(report, "default")}
     series = [s["series"] for group in yaml.safe_load(RULE_TESTS.read_text())["tests"] for s in group["input_series"]]
     gate_series = [s for s in series if s.startswith("dflash_gate_")]
     assert gate_series

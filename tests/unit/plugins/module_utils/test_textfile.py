@@ -107,6 +107,7 @@ def test_missing_figures_are_left_out_not_zero(report):
         ({}, {"labels": {"__name__": "x"}}, "not a valid Prometheus label name"),
         ({}, {"labels": {"release": "x"}}, "set by the metrics file itself"),
         ({}, {"alert_margin": -1.0}, "not a number >= 0"),
+        ({}, {"alert_margin": float("nan")}, "not a number >= 0"),
         ({}, {"vllm_instance": ""}, "vllm_instance is empty"),
     ],
 )

@@ -197,3 +197,32 @@ def test_the_role_publishes_the_fact_a_passed_gate_left(tmp_path):
         checked = run_playbook(tmp_path / "check", fake.url, "--check")
     assert checked.returncode == 0, checked.stdout[-3000:]
     assert not (tmp_path / "check" / "textfile").exists()  # check mode: the gate measured nothing
+
+
+@needs_promtool
+@pytest.mark.skipif(os.geteuid() != 0, reason="the server entry point installs files owned by root")
+def test_the_server_entry_point_installs_the_validated_rules_and_the_dashboard(tmp_path):
+    playbook = tmp_path / "server.yml"
+    task = {"ansible.builtin.include_role": {"name": "vllm_ops.dflash.dflash_monitoring", "tasks_from": "server"}}
+    playbook.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "tasks": [task]}]))
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".cache" / "ac"), ANSIBLE_NOCOLOR="1")
+    argv = [
+        str(Path(sys.executable).parent / "ansible-playbook"),
+        "-i", "localhost,", "-c", "local",
+        "-e", f"ansible_python_interpreter={sys.executable}",
+        "-e", f"dflash_monitoring_rules_dir={tmp_path / 'rules'}",
+        "-e", f"dflash_monitoring_dashboard_dir={tmp_path / 'dashboards'}",
+        str(playbook),
+    ]  # fmt: skip
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "dashboards").mkdir()
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert (tmp_path / "rules" / "dflash-alerts.rules.yml").read_text() == RULES.read_text()
+    assert (tmp_path / "dashboards" / "vllm-dflash.json").read_text() == DASHBOARD.read_text()
+    # A promtool that refuses the file keeps the old one (copy's validate).
+    (tmp_path / "rules" / "dflash-alerts.rules.yml").write_text("# the old rules\n")
+    refused = subprocess.run([*argv[:-1], "-e", "dflash_monitoring_promtool=false", argv[-1]],
+                             capture_output=True, text=True, env=env, timeout=300, check=False)  # fmt: skip
+    assert refused.returncode != 0
+    assert (tmp_path / "rules" / "dflash-alerts.rules.yml").read_text() == "# the old rules\n"

@@ -19,10 +19,11 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 export ANSIBLE_FORCE_COLOR := 0
 export PY_COLORS := 0
 
-.PHONY: test venv testhost wheelhouse unit unit-fast sanity lint molecule demo demo-destroy build clean bench compat real-vllm bench-real-vllm
+.PHONY: test venv testhost wheelhouse unit unit-fast sanity lint molecule demo demo-destroy build clean bench \
+  compat real-vllm bench-real-vllm ee unit-oldest unit-newest sanity-oldest sanity-newest cores
 
 ## test: everything CI runs, from scratch (venv, podman + test host image, unit, sanity, lint, molecule)
-test: venv testhost unit lint sanity molecule
+test: venv testhost unit lint sanity ee molecule
 	@echo "make test: all stages passed"
 
 venv: $(STAMP)
@@ -63,11 +64,24 @@ lint: venv $(COLL)
 	$(BIN)/ansible-lint --profile production
 	$(BIN)/python tests/tools/check_argument_specs.py
 	$(BIN)/antsibull-changelog lint
+	promtool check rules roles/dflash_monitoring/files/dflash-alerts.rules.yml
+	cd tests/unit/fixtures/prometheus && promtool test rules dflash-alerts.test.yml
 
 ## build: the collection tarball, as Galaxy would get it
 build: venv
 	rm -rf build && mkdir -p build
 	$(BIN)/ansible-galaxy collection build --output-path build .
+
+## ee: the AWX/AAP execution environment's build context, from the built tarball (ansible-builder create
+## pulls no image); `podman build $(EE_CONTEXT)` makes the image
+EE_CONTEXT ?= .cache/ee-context
+ee: build
+	mkdir -p build/ee && cp build/vllm_ops-dflash-*.tar.gz build/ee/vllm_ops-dflash.tar.gz
+	rm -rf $(EE_CONTEXT)
+	$(BIN)/ansible-builder create -f execution-environment.yml -c $(EE_CONTEXT) --output-filename Containerfile
+	for f in Containerfile _build/requirements.yml _build/collections/vllm_ops-dflash.tar.gz; do \
+	  test -s $(EE_CONTEXT)/$$f || { echo "ansible-builder create did not write $$f"; exit 1; }; done
+	grep -q 'ansible-galaxy collection install' $(EE_CONTEXT)/Containerfile
 
 ## sanity: ansible-test sanity on the built and installed collection
 sanity: build
@@ -78,6 +92,40 @@ sanity: build
 	cd $(SANITY_DIR)/ansible_collections/vllm_ops/dflash && \
 	  ANSIBLE_COLLECTIONS_PATH=$(SANITY_DIR) $(CURDIR)/$(BIN)/ansible-test sanity --venv \
 	  --python $(SANITY_PY) --color no
+
+## unit-oldest / sanity-oldest / unit-newest / sanity-newest (all four: `make cores`): the unit lane and
+## ansible-test sanity on the oldest and the newest ansible-core that meta/runtime.yml admits, each in its
+## own venv under .cache/ (not part of `make test`: see docs/ARCHITECTURE.md)
+CORE_OLDEST ?= 2.18.0
+CORE_NEWEST ?= $(shell sed -n 's/^ansible-core==//p' requirements-test.txt)
+# the unit lane's tools, at the versions requirements-test.txt pins
+UNIT_TOOLS := pytest|PyYAML|prometheus-client|packaging|jmespath|setuptools|setuptools-scm|wheel
+.cache/core-%/.installed: requirements-test.txt
+	test -x .cache/core-$*/bin/python || $(PYTHON) -m venv .cache/core-$*
+	.cache/core-$*/bin/pip install -q --upgrade pip
+	.cache/core-$*/bin/pip install -q ansible-core==$* $$(grep -E '^($(UNIT_TOOLS))(==|$$)' requirements-test.txt)
+	touch $@
+
+.PRECIOUS: .cache/core-%/.installed
+unit-core-%: .cache/core-%/.installed $(COLL)
+	.cache/core-$*/bin/python -m pytest -q -p no:cacheprovider tests/unit tests/gpu
+
+sanity-core-%: .cache/core-%/.installed
+	rm -rf build/core-$* && mkdir -p build/core-$*
+	.cache/core-$*/bin/ansible-galaxy collection build --output-path build/core-$* .
+	bash tests/tools/seed_ansible_test_pip.sh .cache/core-$*/bin/python
+	rm -rf $(SANITY_DIR)-$* && mkdir -p $(SANITY_DIR)-$*
+	ANSIBLE_COLLECTIONS_PATH=$(SANITY_DIR)-$* .cache/core-$*/bin/ansible-galaxy collection install --force \
+	  -p $(SANITY_DIR)-$* build/core-$*/vllm_ops-dflash-*.tar.gz
+	cd $(SANITY_DIR)-$*/ansible_collections/vllm_ops/dflash && \
+	  ANSIBLE_COLLECTIONS_PATH=$(SANITY_DIR)-$* PATH=$(CURDIR)/.cache/core-$*/bin:$$PATH \
+	  $(CURDIR)/.cache/core-$*/bin/ansible-test sanity --venv --python $(SANITY_PY) --color no
+
+unit-oldest: unit-core-$(CORE_OLDEST)
+sanity-oldest: sanity-core-$(CORE_OLDEST)
+unit-newest: unit-core-$(CORE_NEWEST)
+sanity-newest: sanity-core-$(CORE_NEWEST)
+cores: unit-oldest sanity-oldest unit-newest sanity-newest
 
 molecule: venv testhost wheelhouse $(COLL)
 	for s in $(SCENARIOS); do $(BIN)/molecule test -s $$s || exit 1; done

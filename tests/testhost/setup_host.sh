@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Prepare this machine to run the real systemd test hosts: podman (rootful, runc) and mmdebstrap.
+# Prepare this machine to run the real systemd test hosts: podman (rootful, runc) and mmdebstrap;
+# prometheus for promtool (the lint stage checks and tests dflash_monitoring's rules).
 # Idempotent; needs root. Safe to re-run: it only installs what is missing.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 need=()
-for pkg in podman runc mmdebstrap ca-certificates uidmap shellcheck openssh-client; do
+for pkg in podman runc mmdebstrap ca-certificates uidmap shellcheck openssh-client prometheus; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need+=("$pkg")
 done
 if ((${#need[@]})); then

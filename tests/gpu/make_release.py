@@ -16,7 +16,7 @@ installed with `pip install --target` or into another venv. It writes what vllm_
     <root>/releases/<name>/venv/bin/vllm    the console script pip writes for vLLM's entry point
     <root>/releases/<name>/manifest.json    schema 1, written last (docs/ARCHITECTURE.md)
 
-The name is `<version>-<first 8 hex of the wheel's sha256>`, read from the tree's PEP 610
+The name is `<hex 0-12>-<hex 12-20>` of the wheel's sha256 (the shape vllm_release knows), read from the tree's PEP 610
 direct_url.json, so the same wheel always gives the same directory. A wheel records no full commit
 (vllm/_version.py has only setuptools-scm's short `__commit_id__`): the manifest's `commit` is null,
 `source` is `wheel`, and the short commit is kept as `scm_commit_prefix`. An existing release with the
@@ -164,7 +164,9 @@ def make_release(root: str, python: str, sites: Sequence[str], name: Optional[st
     py = python_facts(python)
     inputs = release_inputs(python, sites, dist, py)
     digest = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
-    name = name or re.sub(r"[^A-Za-z0-9._-]", "_", f"{dist['version']}-{dist['sha256'][:8]}")
+    # vllm_release knows only names shaped as the collection makes them (<12 hex>-<8 hex>); a wheel records
+    # no full commit, so both parts come from the wheel's sha256.
+    name = name or f"{dist['sha256'][:12]}-{dist['sha256'][12:20]}"
     release = os.path.join(root, "releases", name)
     manifest_path = os.path.join(release, "manifest.json")
     try:
@@ -215,7 +217,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--root", required=True, help="the vLLM root (vllm_root), e.g. /opt/vllm")
     parser.add_argument("--python", required=True, help="python the release venv is made from")
     parser.add_argument("--site", action="append", required=True, help="dir with vllm or its dependencies")
-    parser.add_argument("--name", help="release name (default <version>-<wheel sha256 prefix>)")
+    parser.add_argument("--name", help="release name (default <12 hex>-<8 hex> of the wheel sha256)")
     args = parser.parse_args(argv)
     try:
         result = make_release(args.root, args.python, args.site, args.name)

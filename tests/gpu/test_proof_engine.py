@@ -104,7 +104,8 @@ def test_the_proof_passes_against_the_fixture_engine(tmp_path, engine_site):
     assert sorted(facts["extensions_ok"]) == ["vllm._C", "vllm._moe_C", "vllm.cumem_allocator"]
 
     release = summary["cases"]["release"]["data"]
-    name = f"{version.replace('+', '_')}-{release['manifest']['wheel']['sha256'][:8]}"
+    digest = release["manifest"]["wheel"]["sha256"]
+    name = f"{digest[:12]}-{digest[12:20]}"
     assert release["current"] == release["release"] == name
     assert release["manifest"]["source"] == "wheel"
 

@@ -150,7 +150,7 @@ def measure_vllm_build(env: Dict[str, Any], root: str, python: str, ref: str) ->
         "wheel": result["wheel"],
         "log_path": result["log_path"],
         "phases": phases(clock.lines),
-        "overlay": [text for _, text in clock.lines if "wheel overlay" in text],
+        "overlay": [line[1] for line in clock.lines if "wheel overlay" in line[1]],
     }
 
 
@@ -184,6 +184,7 @@ def measure_bare(env: Dict[str, Any], root: str, python: str, ref: str, keep: bo
         [os.path.join(venv, "bin", "python"), "-c", "import importlib.metadata as m; print(m.version('vllm'))"],
         capture_output=True,
         text=True,
+        check=False,
     ).stdout.strip()
     size = lane.du(venv)
     if not keep:
@@ -280,7 +281,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     record["finished_at"] = now.strftime("%Y-%m-%dT%H:%M:%SZ")
     record["machine"] = f"{os.cpu_count()} CPUs"
     record["collection"] = subprocess.run(
-        ["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True
+        ["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, check=False
     ).stdout.strip()
     text = report(record)
     out = RESULTS / f"real-vllm-{now.strftime('%Y%m%dT%H%M%SZ')}"

@@ -265,7 +265,7 @@ def _download(
         raise StageError(f"{spec.repo_id} at revision {spec.revision}: {downloaded['message']}. Fix: {fix}")
     after = _mismatches(spec, commit, listing, snapshot)
     if after["problems"]:
-        _remove_staged(snapshot, [relpath for relpath, _ in after["problems"]])
+        _remove_staged(snapshot, [problem[0] for problem in after["problems"]])
         raise _refusal(
             spec,
             commit,

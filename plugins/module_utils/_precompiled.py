@@ -27,7 +27,7 @@ import re
 import zipfile
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from urllib.parse import unquote
-from urllib.request import urlopen
+from urllib.request import build_opener
 
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import read_json, redact_url
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._git import (
@@ -495,7 +495,7 @@ def nightly_wheel(commit: str, machine: str, variant: Optional[str] = None, inde
         "precompiled: auto or never"
     )
     try:
-        with urlopen(url, timeout=INDEX_TIMEOUT) as response:
+        with build_opener().open(url, timeout=INDEX_TIMEOUT) as response:
             wheels = json.loads(response.read().decode("utf-8"))
     except (OSError, ValueError) as exc:
         raise PrecompiledError(

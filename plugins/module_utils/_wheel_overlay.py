@@ -97,7 +97,7 @@ def _make_stub(base_wheel: str, dest: str, min_size: int) -> Dict[str, Any]:
     replaced_bytes = 0
     tmp = dest + ".part"
     with zipfile.ZipFile(base_wheel) as base:
-        _, rows = _read_record(base)
+        _record_name, rows = _read_record(base)
         recorded = {row[0]: row[1] for row in rows if len(row) >= 2}
         with zipfile.ZipFile(tmp, "w") as stub:
             for info in base.infolist():
@@ -164,7 +164,8 @@ _LOCAL_HEADER = struct.Struct("<4s2B4HL2L2H")
 
 def _data_offset(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> int:
     handle = archive.fp
-    assert handle is not None
+    if handle is None:
+        raise OverlayError(f"{archive.filename} is closed; cannot read {info.filename}")
     handle.seek(info.header_offset)
     fields = _LOCAL_HEADER.unpack(handle.read(_LOCAL_HEADER.size))
     if fields[0] != b"PK\x03\x04":
@@ -189,7 +190,8 @@ def _copy_raw(source: zipfile.ZipFile, info: zipfile.ZipInfo, out: zipfile.ZipFi
     zip64 = entry.file_size > zipfile.ZIP64_LIMIT or entry.compress_size > zipfile.ZIP64_LIMIT
     start = _data_offset(source, info)
     handle = out.fp
-    assert handle is not None and source.fp is not None
+    if handle is None or source.fp is None:
+        raise OverlayError(f"{source.filename} or the wheel being written is closed; cannot copy {info.filename}")
     entry.header_offset = handle.tell()
     handle.write(entry.FileHeader(zip64))
     source.fp.seek(start)

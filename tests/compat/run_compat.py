@@ -284,7 +284,7 @@ def pick_python() -> str:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--cache", type=Path, default=ROOT / ".cache" / "compat")
     parser.add_argument("--versions", nargs="+", default=list(VERSIONS))
     parser.add_argument("--python", default=None, help="interpreter of the release venvs (python3.12 or 3.11)")

@@ -140,8 +140,8 @@ class _Handler(BaseHTTPRequestHandler):
             if found is None:
                 return self._not_found("RepoNotFound")
             repo_id, repo, rest = found
-            kind, _, tail = rest.partition("/")
-            revision, _, sub = tail.partition("/")
+            kind, _sep, tail = rest.partition("/")
+            revision, _sep, sub = tail.partition("/")
             commit = repo.resolve(revision)
             if kind not in ("revision", "tree"):
                 return self._not_found("EntryNotFound")
@@ -156,8 +156,8 @@ class _Handler(BaseHTTPRequestHandler):
         if found is None:
             return self._not_found("RepoNotFound")
         repo_id, repo, rest = found
-        kind, _, tail = rest.partition("/")
-        revision, _, file_path = tail.partition("/")
+        kind, _sep, tail = rest.partition("/")
+        revision, _sep, file_path = tail.partition("/")
         if kind != "resolve":
             return self._not_found("EntryNotFound")
         commit = repo.resolve(revision)

@@ -455,7 +455,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     record["finished_at"] = now.strftime("%Y-%m-%dT%H:%M:%SZ")
     record["machine"] = f"{platform.node()}, {os.cpu_count()} CPUs, {platform.platform()}"
     record["collection_commit"] = subprocess.run(
-        ["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True
+        ["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, check=False
     ).stdout.strip()
     with open(os.path.join(directory, "lane-result.json"), "w", encoding="utf-8") as handle:
         json.dump(record, handle, indent=1, sort_keys=True, default=str)

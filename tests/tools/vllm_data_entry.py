@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Copyright (c) vllm_ops.dflash contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Print the fallback entry of plugins/module_utils/_vllm_data.py for a captured capability JSON.

@@ -41,7 +41,7 @@ def test_a_dead_build_is_reported_with_its_log_tail(tmp_path):
 def test_a_zombie_build_is_dead(tmp_path):
     zombie = subprocess.Popen([sys.executable, "-c", "pass"])
     try:
-        for _ in range(6000):  # exited, not reaped yet (at most a minute on a busy machine)
+        for _attempt in range(6000):  # exited, not reaped yet (at most a minute on a busy machine)
             if Path(f"/proc/{zombie.pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z":
                 break
             time.sleep(0.01)

@@ -110,7 +110,7 @@ def test_a_failed_rebuild_of_the_serving_release_leaves_it_as_it_was(tiny, pip_a
     monkeypatch.setattr(_build._Builder, "install", broken_install)
     with pytest.raises(BuildError, match="installing the wheel failed") as info:
         build(opts)
-    assert "remove" not in str(info.value).split("Full log:")[0]
+    assert "remove" not in str(info.value).split("Full log:", maxsplit=1)[0]
     assert sorted(str(p.relative_to(root)) for p in (root / "releases").rglob("*")) == before
     assert (root / "current" / "venv" / "bin" / "python").exists()
 

@@ -17,13 +17,14 @@ CONFIG = json.dumps({"architectures": ["DFlashDraftModel"], "num_hidden_layers":
 WEIGHTS = bytes(range(256)) * 64  # a small safetensors-like binary, stored as LFS
 
 
+def _has_hub(python: str) -> bool:
+    return subprocess.run([python, "-c", "import huggingface_hub"], capture_output=True, check=False).returncode == 0
+
+
 def hub_python() -> str:
     """A python with huggingface_hub: this one, or VLLM_OPS_HF_PYTHON (requirements-test.txt pins it for CI)."""
     for candidate in (os.environ.get("VLLM_OPS_HF_PYTHON"), sys.executable):
-        if (
-            candidate
-            and subprocess.run([candidate, "-c", "import huggingface_hub"], capture_output=True).returncode == 0
-        ):
+        if candidate and _has_hub(candidate):
             return candidate
     pytest.skip("no python with huggingface_hub: pip install -r requirements-test.txt or set VLLM_OPS_HF_PYTHON")
 
@@ -200,7 +201,7 @@ def test_a_python_without_huggingface_hub_is_named(tmp_path):
 
 
 def _no_hub() -> bool:
-    return subprocess.run([sys.executable, "-c", "import huggingface_hub"], capture_output=True).returncode != 0
+    return not _has_hub(sys.executable)
 
 
 def test_a_refused_drafter_leaves_the_target_unstaged_too(hub, tmp_path):

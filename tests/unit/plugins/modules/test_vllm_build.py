@@ -101,7 +101,7 @@ def test_unknown_ref_fails_with_the_fix(tiny, tmp_path):
 
 def test_secrets_in_pip_args_and_build_env_never_reach_the_output(tiny, tmp_path):
     """What -vvv shows (invocation) and every file the run writes hold no token."""
-    repo, _ = tiny
+    repo = tiny[0]
     wheel = make_wheel(tmp_path, "9.9.9")
     token, hf = "idx-tok-4f2a9c", "hf_value_7d1e3b"
     args = {"repo": str(repo), "ref": "main", "root": str(tmp_path / "root"), "python": sys.executable}

@@ -2,18 +2,13 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 from __future__ import annotations
 
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_options import (
-    BUILD_ARGUMENT_SPEC,
-    with_spec_defaults,
-)
-
 
 class ModuleDocFragment:
     # The options that name a release: vllm_build builds it, dflash_drift looks it up. One text, one
     # argument spec (module_utils/_build_options.py BUILD_ARGUMENT_SPEC), so both always agree on the name.
-    # No `default:` is written here: each comes from the spec (with_spec_defaults), so none is written twice.
-    DOCUMENTATION = with_spec_defaults(
-        r"""
+    # ansible-test needs DOCUMENTATION as a literal; validate-modules and
+    # tests/unit/plugins/module_utils/test_build_options.py keep each `default:` equal to the spec's.
+    DOCUMENTATION = r"""
 options:
   repo:
     description:
@@ -39,6 +34,7 @@ options:
   root:
     description: The vLLM root holding C(releases/), C(wheels/), C(src/), C(build/), C(logs/) and C(.lock).
     type: path
+    default: "/opt/vllm"
   python:
     description:
       - The interpreter to create the release venv with, as a command on PATH or a path. Its absolute path and
@@ -46,6 +42,7 @@ options:
       - It needs the C(venv) module with C(ensurepip) (Debian and Ubuntu - the C(python3-venv) package) unless
         the installer is uv.
     type: str
+    default: "python3"
   installer:
     description:
       - What creates the venv, builds the wheel and installs it. V(pip) - C(python -m venv), C(pip wheel),
@@ -55,6 +52,7 @@ options:
       - uv installs by hardlink from its cache O(root)C(/cache/uv) (C(UV_LINK_MODE=hardlink), on the file system
         of the releases), so releases that share packages share their disk blocks.
     type: str
+    default: "auto"
     choices: [auto, uv, pip]
   build_env:
     description:
@@ -68,9 +66,11 @@ options:
         C(SECRET), C(PASS), C(CREDENTIAL), C(AUTH), C(COOKIE) or C(SESSION), any case) and credentials in URLs -
         those are masked everywhere (manifest, log, status file, result) and are no build input.
     type: dict
+    default: {}
   build_timeout:
     description: Seconds for the whole fetch + checkout + venv + wheel build + install.
     type: int
+    default: 3600
   build_isolation:
     description:
       - Build the wheel in an isolated environment with the project's declared build requirements (pip's
@@ -80,15 +80,18 @@ options:
         O(system_site_packages) and a torch the venv already sees, the torch lines are left out (vLLM's
         C(use_existing_torch.py)), and that torch version is a build input.
     type: bool
+    default: true
   system_site_packages:
     description: Create the venv with C(--system-site-packages) (for example to use a system-wide torch).
     type: bool
+    default: false
   pip_args:
     description:
       - Extra arguments for every pip or uv call (wheel build, build requirements, install), for example
         C([--no-index, --find-links, /srv/wheelhouse]) on an air-gapped host, or C([--extra-index-url, URL]).
       - They are a build input; credentials in URLs among them are removed from every record.
     type: list
+    default: []
     elements: str
   wheel:
     description:
@@ -134,6 +137,7 @@ options:
         V(auto) without O(wheel_precompiled) decides as a build here would, which needs the mirror and may differ
         from the building host.
     type: str
+    default: "auto"
     choices: [auto, always, never]
   precompiled_base:
     description:
@@ -145,6 +149,7 @@ options:
       - If it cannot be fetched, O(precompiled=auto) builds in full and says why in
         RV(vllm_ops.dflash.vllm_build#module:precompiled_reason).
     type: str
+    default: "main"
   precompiled_wheel:
     description:
       - The base wheel for the precompiled path (C(VLLM_PRECOMPILED_WHEEL_LOCATION)) - a path on the host or a URL
@@ -169,6 +174,4 @@ options:
         host's C(auto) decision, so a later C(auto) lookup here (a re-run, M(vllm_ops.dflash.dflash_drift))
         accepts it. Ignored without O(wheel) or with V(always) / V(never).
     type: bool
-""",
-        BUILD_ARGUMENT_SPEC,
-    )
+"""

@@ -10,7 +10,6 @@ Options are checked here before anything is read or written on the host (bad inp
 from __future__ import annotations
 
 import copy
-import json
 import os
 import re
 from typing import Any, Dict, List, Mapping, Optional, Set
@@ -38,7 +37,6 @@ __all__ = [
     "recorded_pip_args",
     "secret_name",
     "validate",
-    "with_spec_defaults",
 ]
 
 INSTALLERS = ("auto", "uv", "pip")
@@ -128,21 +126,6 @@ class BuildOptions:
         expected = values["expected_commit"]
         self.expected_commit = str(expected).strip().lower() if expected else None
         self.precompiled_wheel = values["precompiled_wheel"] or None
-
-
-def with_spec_defaults(documentation: str, spec: Mapping[str, Mapping[str, Any]]) -> str:
-    """Option documentation (YAML) with a `default:` line after each option's `type:` line, from `spec`:
-    the doc fragment writes no default of its own (JSON is YAML: "/opt/vllm", 3600, true, {}, [])."""
-    lines: List[str] = []
-    option = ""
-    for line in documentation.splitlines():
-        lines.append(line)
-        match = re.fullmatch(r"  ([a-z_]+):", line)
-        if match:
-            option = match.group(1)
-        elif option in spec and line.startswith("    type: ") and "default" in spec[option]:
-            lines.append(f"    default: {json.dumps(spec[option]['default'])}")
-    return "\n".join(lines) + "\n"
 
 
 def build_options(params: Mapping[str, Any], **extra: Any) -> BuildOptions:

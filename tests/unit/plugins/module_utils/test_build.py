@@ -31,7 +31,6 @@ from ansible_collections.vllm_ops.dflash.tests.helpers.tiny_repo import (
     make_tiny_repo,
     process_alive,
     uv_bin_dir,
-    wheelhouse,
 )
 
 # Tests that run real pip/uv builds (`-m "not slow_build"` leaves them out).
@@ -44,14 +43,6 @@ REFS = {"main": "c3", "v1.0.0": "c1", "short": "c2", "refs/pull/1/head": "p1"}
 def tiny(tmp_path_factory):
     path = tmp_path_factory.mktemp("build-repo") / "repo"
     return path, make_tiny_repo(path)
-
-
-@pytest.fixture(scope="session")
-def pip_args():
-    house = wheelhouse()
-    if house is None:
-        pytest.skip("could not download setuptools/setuptools-scm from PyPI into .cache/wheelhouse")
-    return ["--no-index", "--find-links", str(house)]
 
 
 def options(tiny, root, ref, pip_args, **kwargs) -> BuildOptions:

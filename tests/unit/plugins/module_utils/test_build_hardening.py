@@ -14,7 +14,7 @@ import pytest
 from ansible_collections.vllm_ops.dflash.plugins.module_utils import _build
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build import BuildError, BuildOptions, build
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._lock import host_lock
-from ansible_collections.vllm_ops.dflash.tests.helpers.tiny_repo import installed_version, make_tiny_repo, wheelhouse
+from ansible_collections.vllm_ops.dflash.tests.helpers.tiny_repo import installed_version, make_tiny_repo
 
 SLOW = pytest.mark.slow_build
 
@@ -23,14 +23,6 @@ SLOW = pytest.mark.slow_build
 def tiny(tmp_path_factory):
     path = tmp_path_factory.mktemp("hardening-repo") / "repo"
     return path, make_tiny_repo(path)
-
-
-@pytest.fixture(scope="module")
-def pip_args():
-    house = wheelhouse()
-    if house is None:
-        pytest.skip("could not download setuptools/setuptools-scm from PyPI into .cache/wheelhouse")
-    return ["--no-index", "--find-links", str(house)]
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._build import Buil
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._git import ensure_mirror, mirror_path
 from ansible_collections.vllm_ops.dflash.tests.helpers import engine_repo
 from ansible_collections.vllm_ops.dflash.tests.helpers.fake_wheel import make_wheel
-from ansible_collections.vllm_ops.dflash.tests.helpers.tiny_repo import commit_files, git, wheelhouse
+from ansible_collections.vllm_ops.dflash.tests.helpers.tiny_repo import commit_files, git
 
 pytestmark = pytest.mark.engine
 
@@ -100,14 +100,6 @@ def test_each_compiled_path_builds_in_full(engine, base_wheel, tmp_path, branch)
     assert result["precompiled"] is False
     changed = next(iter(COMPILED[branch]))
     assert f"1 under vLLM's compiled paths ({changed}): full build" in result["precompiled_reason"]
-
-
-@pytest.fixture(scope="module")
-def pip_args():
-    house = wheelhouse()
-    if house is None:
-        pytest.skip("could not download setuptools/setuptools-scm from PyPI into .cache/wheelhouse")
-    return ["--no-index", "--find-links", str(house)]
 
 
 def _nothing_built(root: Path) -> None:

@@ -13,7 +13,7 @@ import pytest
 from ansible_collections.vllm_ops.dflash.plugins.module_utils import _build_requirements
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build import BuildOptions, build
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_requirements import build_requirements
-from ansible_collections.vllm_ops.dflash.tests.helpers.tiny_repo import make_tiny_repo, wheelhouse
+from ansible_collections.vllm_ops.dflash.tests.helpers.tiny_repo import make_tiny_repo
 
 VLLM_PYPROJECT = """\
 [build-system]
@@ -71,14 +71,6 @@ def test_older_vllm_and_pyproject_only(tmp_path, monkeypatch):
         assert dest.read_text().splitlines() == ["cmake>=3.26.1", "setuptools>=77.0.3,<81.0.0"]
     assert build_requirements(str(tmp_path / "none"), str(dest), None, True) is None
     assert _build_requirements.DEFAULT_DEVICE == "cuda"
-
-
-@pytest.fixture(scope="module")
-def pip_args():
-    house = wheelhouse()
-    if house is None:
-        pytest.skip("could not download setuptools/setuptools-scm from PyPI into .cache/wheelhouse")
-    return ["--no-index", "--find-links", str(house)]
 
 
 @pytest.mark.slow_build

@@ -92,6 +92,22 @@ def test_the_look_sees_a_config_the_preflight_filled_in_as_unchanged(configured)
     assert record["input_sha256"] == serve["input_sha256"] and record["path"] == serve["path"]
 
 
+def test_the_same_config_written_out_in_full_in_another_order_gives_the_same_file(configured, tmp_path):
+    """The preflight appends the K it fills in; the file must not depend on where a key came from."""
+    explicit = {"num_speculative_tokens": 7, "model": "/srv/models/tiny-dflash", "method": "dflash"}
+    proc = play(
+        tmp_path,
+        vllm_speculative_config=explicit,
+        vllm_serve_extra_args={"enable-prefix-caching": False, "no-enforce-eager": False},
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+
+    def body(path: Path) -> list:
+        return [line for line in path.read_text().splitlines() if not line.startswith("#")]
+
+    assert body(tmp_path / "etc" / "default.yaml") == body(configured / "etc" / "default.yaml")
+
+
 def test_an_unknown_serve_flag_is_refused_before_any_file_is_written(tmp_path):
     proc = play(tmp_path, vllm_serve_extra_args={"enable-prefix-cachin": True})
     assert proc.returncode != 0

@@ -70,8 +70,8 @@ def test_turning_the_synthetic_sampler_on_is_rolled_back_by_the_lossless_check(h
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert "relative rule greedy_outputs: 0 of 12 prompts" in out and "synthetic" in out, out[-4000:]
-    # its acceptance did not fall: only the lossless check fails it (the option names appear in the task's args)
-    assert "relative rule acceptance_length" not in out and "relative rule position0" not in out
+    # The lossless rule is what must fire; whether the acceptance rules also do depends on which earlier
+    # result of the last good release is the baseline, so they are not asserted either way.
     assert "rolled back to " + good in out
     assert release_state(host)["current"] == good
 

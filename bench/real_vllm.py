@@ -120,17 +120,7 @@ def measure_vllm_build(env: Dict[str, Any], root: str, python: str, ref: str) ->
             return None
         return data.get("log_path") if data.get("run_id") == run_id and data.get("stage") == "build" else None
 
-    params = lane.build_params(
-        repo=env["repo"],
-        ref=ref,
-        root=root,
-        python=python,
-        installer="uv",
-        precompiled="auto",
-        precompiled_wheel=env["wheel"],
-        precompiled_base="main",
-        **lane.wheel_commit_options(),
-    )
+    params = lane.python_only_params(env, root, python, ref, **lane.wheel_commit_options())
     started = time.monotonic()
     from ansible_collections.vllm_ops.dflash.plugins.module_utils import _build
 

@@ -201,8 +201,9 @@ def forget_releases(root: str, commit: str) -> List[str]:
     return removed
 
 
-def real_build(env: Dict[str, Any], root: str, python: str, ref: str, **extra: Any) -> Dict[str, Any]:
-    params = build_params(
+def python_only_params(env: Dict[str, Any], root: str, python: str, ref: str, **extra: Any) -> Dict[str, Any]:
+    """vllm_build's options for a precompiled uv build of `ref` over the release wheel (lane and bench)."""
+    return build_params(
         **extra,
         repo=env["repo"],
         ref=ref,
@@ -213,6 +214,10 @@ def real_build(env: Dict[str, Any], root: str, python: str, ref: str, **extra: A
         precompiled_wheel=env["wheel"],
         precompiled_base="main",
     )
+
+
+def real_build(env: Dict[str, Any], root: str, python: str, ref: str, **extra: Any) -> Dict[str, Any]:
+    params = python_only_params(env, root, python, ref, **extra)
     started = time.monotonic()
     result = run_build(params, check_mode=False)
     result["wall_seconds"] = round(time.monotonic() - started, 1)

@@ -95,6 +95,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._precompiled impor
 )
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._releases import apply_action, remove_hidden_first
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._wheel_overlay import OverlayError, overlay, stub_for
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._wheel_tags import base_tagged
 
 # The names other files import from here (the modules, _drift, the tests) stay importable from here.
 __all__ = [
@@ -220,6 +221,7 @@ class _Builder:
         env.update(added_env)
         env.update({"TMPDIR": paths.tmp, "TEMP": paths.tmp, "TMP": paths.tmp})
         self.env = env
+        self.tags: Optional[Dict[str, Any]] = None  # the precompiled wheel's tags (_wheel_tags), when built here
 
     @property
     def venv_python(self) -> str:
@@ -292,12 +294,25 @@ class _Builder:
             no_isolation=not self.opts.build_isolation,
         )
         base = self.env.get("VLLM_PRECOMPILED_WHEEL_LOCATION", "")
-        if os.path.isfile(base):
-            overlaid = self._build_overlaid(argv, src, base)
-            if overlaid:
-                return overlaid
-        self.step("building the wheel", argv, cwd=src)
-        return self._keep_built()
+        if not os.path.isfile(base):
+            self.step("building the wheel", argv, cwd=src)
+            return self._keep_built()
+        wheel = self._build_overlaid(argv, src, base)
+        if not wheel:
+            self.step("building the wheel", argv, cwd=src)
+            wheel = self._keep_built()
+        return self._base_tagged(wheel, base)
+
+    def _base_tagged(self, wheel: str, base: str) -> str:
+        """The precompiled wheel with the base wheel's tags when its libraries are all the base wheel's
+        (_wheel_tags): installable on every Python the base wheel is, not only the build host's."""
+        try:
+            tagged = base_tagged(wheel, base)
+        except OverlayError as exc:
+            raise BuildError(f"the built wheel {wheel} cannot be read ({exc})") from exc
+        self.tags = tagged.details()
+        self.note(f"wheel tags: {tagged.reason}")
+        return tagged.path
 
     def _keep_built(self) -> str:
         built = _single_wheel(self.paths.dist)
@@ -638,6 +653,7 @@ def _make_release(opts: BuildOptions, builder: _Builder, plan: _Plan) -> Dict[st
             "precompiled": plan.decision.use,
             "precompiled_reason": plan.decision.reason,
             "precompiled_details": plan.decision.details(),
+            "wheel_tags": builder.tags,
             "max_jobs": plan.max_jobs,
             "added_env": added,
         }

@@ -26,7 +26,17 @@ import struct
 import zipfile
 from typing import Any, Dict, List, Optional, Tuple
 
-__all__ = ["MIN_SIZE", "OverlayError", "make_stub", "overlay", "stub_for"]
+__all__ = [
+    "MIN_SIZE",
+    "OverlayError",
+    "copy_raw",
+    "make_stub",
+    "overlay",
+    "read_record",
+    "record_hash",
+    "stub_for",
+    "write_record",
+]
 
 # Members this large (vLLM's .so files, the rust frontend, the largest CUDA headers) get a placeholder.
 MIN_SIZE = 1 << 20
@@ -39,7 +49,7 @@ class OverlayError(Exception):
     """The stub or the overlay cannot be made; the message names the cause and the fix."""
 
 
-def _record_hash(digest: bytes) -> str:
+def record_hash(digest: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
 
 
@@ -50,7 +60,7 @@ def _record_name(archive: zipfile.ZipFile) -> str:
     return names[0]
 
 
-def _read_record(archive: zipfile.ZipFile) -> Tuple[str, List[List[str]]]:
+def read_record(archive: zipfile.ZipFile) -> Tuple[str, List[List[str]]]:
     import csv
     import io
 
@@ -59,7 +69,7 @@ def _read_record(archive: zipfile.ZipFile) -> Tuple[str, List[List[str]]]:
     return name, [row for row in csv.reader(io.StringIO(text)) if row]
 
 
-def _write_record(rows: List[List[str]]) -> bytes:
+def write_record(rows: List[List[str]]) -> bytes:
     import csv
     import io
 
@@ -97,20 +107,20 @@ def _make_stub(base_wheel: str, dest: str, min_size: int) -> Dict[str, Any]:
     replaced_bytes = 0
     tmp = dest + ".part"
     with zipfile.ZipFile(base_wheel) as base:
-        _record_name, rows = _read_record(base)
+        _record_name, rows = read_record(base)
         recorded = {row[0]: row[1] for row in rows if len(row) >= 2}
         with zipfile.ZipFile(tmp, "w") as stub:
             for info in base.infolist():
                 # The wheel's own metadata stays: RECORD has no hash of itself, and setup.py extracts none of it.
                 metadata = info.filename.split("/", 1)[0].endswith(".dist-info")
                 if info.file_size < min_size or info.is_dir() or metadata:
-                    _copy_raw(base, info, stub)
+                    copy_raw(base, info, stub)
                     continue
                 digest = hashlib.sha256()
                 with base.open(info) as member:
                     for chunk in iter(lambda: member.read(_CHUNK), b""):
                         digest.update(chunk)
-                actual = _record_hash(digest.digest())
+                actual = record_hash(digest.digest())
                 if recorded.get(info.filename) != actual:
                     raise OverlayError(
                         f"{info.filename} in {base_wheel} does not match the wheel's RECORD "
@@ -173,7 +183,7 @@ def _data_offset(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> int:
     return info.header_offset + _LOCAL_HEADER.size + fields[10] + fields[11]
 
 
-def _copy_raw(source: zipfile.ZipFile, info: zipfile.ZipInfo, out: zipfile.ZipFile, name: Optional[str] = None) -> None:
+def copy_raw(source: zipfile.ZipFile, info: zipfile.ZipInfo, out: zipfile.ZipFile, name: Optional[str] = None) -> None:
     """Append `info` of `source` to `out` as stored bytes: no inflating, no deflating.
 
     zipfile has no public raw copy; this writes the local header with ZipInfo.FileHeader and registers
@@ -225,7 +235,7 @@ def _overlay(built_wheel: str, base_wheel: str, dest: str) -> Dict[str, Any]:
     swapped_bytes = 0
     tmp = dest + ".part"
     with zipfile.ZipFile(built_wheel) as built, zipfile.ZipFile(base_wheel) as base:
-        record_name, rows = _read_record(built)
+        record_name, rows = read_record(built)
         placeholders: Dict[str, Dict[str, Any]] = {}
         limit = len(PLACEHOLDER_MAGIC) + 4096
         for info in built.infolist():
@@ -260,16 +270,16 @@ def _overlay(built_wheel: str, base_wheel: str, dest: str) -> Dict[str, Any]:
                     if info.filename == record_name:
                         continue
                     if info.filename in placeholders:
-                        _copy_raw(base, base.getinfo(info.filename), out)
+                        copy_raw(base, base.getinfo(info.filename), out)
                         swapped += 1
                         swapped_bytes += placeholders[info.filename]["size"]
                     else:
-                        _copy_raw(built, info, out)
+                        copy_raw(built, info, out)
                 record = built.getinfo(record_name)
                 entry = zipfile.ZipInfo(record_name, record.date_time)
                 entry.external_attr = record.external_attr
                 entry.compress_type = zipfile.ZIP_DEFLATED
-                out.writestr(entry, _write_record(rows))
+                out.writestr(entry, write_record(rows))
         except BaseException:
             if os.path.exists(tmp):
                 os.unlink(tmp)

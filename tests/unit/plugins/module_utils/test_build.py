@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import csv
+import hashlib
+import io
 import json
 import os
+import platform
 import re
 import subprocess
 import sys
 import threading
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -388,7 +394,8 @@ def test_fixture_engine_python_only_pull_request_is_built_precompiled(pip_args, 
     root = tmp_path / "root"
 
     def engine_options(ref: str, **kwargs) -> BuildOptions:
-        return BuildOptions(str(repo), ref, root=str(root), python=sys.executable, pip_args=pip_args, **kwargs)
+        kwargs.setdefault("root", str(root))
+        return BuildOptions(str(repo), ref, python=sys.executable, pip_args=pip_args, **kwargs)
 
     main = build(engine_options("main"))
     assert (main["built"], main["precompiled"]) == (True, False)
@@ -413,6 +420,26 @@ def test_fixture_engine_python_only_pull_request_is_built_precompiled(pip_args, 
     assert out == [engine_repo.scm_version(repo, pull["commit"]), "5"]
     manifest = json.loads(Path(pull["release"], "manifest.json").read_text())
     assert manifest["version"] == out[0] and manifest["precompiled_details"]["base_release"] == main["release_name"]
+    assert manifest["wheel_tags"]["retagged"] is False  # main's wheel was built here: the same tags
+    assert manifest["wheel_tags"]["reason"].startswith("the build's tags are the base wheel's")
+    # A base wheel of other tags (vLLM's releases are manylinux_2_28; a precompiled build of real vLLM is
+    # tagged for the build host's interpreter): the PR's wheel holds only its libraries, so takes its tags.
+    tags = f"cp38-abi3-manylinux_2_28_{platform.machine()}"
+    portable = build(
+        engine_options(
+            "refs/pull/1/head",
+            precompiled_wheel=str(_tagged_copy(Path(main["wheel"]), tmp_path / "base", tags)),
+            root=str(tmp_path / "portable"),
+        )
+    )
+    assert Path(portable["wheel"]).name.endswith(f"-{tags}.whl")
+    assert (
+        f"wheel tags: tagged {tags} like the base wheel (was cp38-abi3-linux_" in Path(portable["log_path"]).read_text()
+    )
+    venv_python = os.path.join(portable["release"], "venv", "bin", "python")
+    assert (
+        subprocess.run([venv_python, "-c", code], capture_output=True, text=True, check=True).stdout.split()[1] == "5"
+    )
     # The same commit built in full is another release; a C change is never built precompiled.
     assert build(engine_options("refs/pull/1/head", precompiled="never"), check_mode=True)["release_name"] not in (
         pull["release_name"],
@@ -421,6 +448,29 @@ def test_fixture_engine_python_only_pull_request_is_built_precompiled(pip_args, 
     broken = build(engine_options("fault/broken-ext"), check_mode=True)
     assert broken["precompiled"] is False and "1 under vLLM's compiled paths" in broken["precompiled_reason"]
     assert "(csrc/ops.c)" in broken["precompiled_reason"] and broken["precompiled_reason"].endswith(": full build")
+
+
+def _tagged_copy(wheel: Path, directory: Path, tags: str) -> Path:
+    """`wheel` with other tags (WHEEL's Tag line, RECORD and the file name), every member else the same."""
+    directory.mkdir()
+    dest = directory / ("-".join([*wheel.name[: -len(".whl")].split("-")[:-3], tags]) + ".whl")
+    with zipfile.ZipFile(wheel) as source, zipfile.ZipFile(dest, "w", zipfile.ZIP_DEFLATED) as out:
+        members = {name: source.read(name) for name in source.namelist()}
+        record = next(name for name in members if name.endswith(".dist-info/RECORD"))
+        wheel_file = record[: -len("RECORD")] + "WHEEL"
+        lines = [line for line in members[wheel_file].decode().splitlines() if not line.startswith("Tag:")]
+        members[wheel_file] = ("\n".join([*lines, f"Tag: {tags}"]) + "\n").encode()
+        digest = base64.urlsafe_b64encode(hashlib.sha256(members[wheel_file]).digest()).rstrip(b"=").decode()
+        rows = [row for row in csv.reader(io.StringIO(members[record].decode())) if row]
+        rows = [
+            [wheel_file, f"sha256={digest}", str(len(members[wheel_file]))] if r[0] == wheel_file else r for r in rows
+        ]
+        text = io.StringIO()
+        csv.writer(text, lineterminator="\n").writerows(rows)
+        members[record] = text.getvalue().encode()
+        for name, data in members.items():
+            out.writestr(name, data)
+    return dest
 
 
 def test_inputs_hash_and_name():

@@ -15,6 +15,7 @@ Standard library only: this runs on the target host's system Python (3.8+).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import re
@@ -46,6 +47,7 @@ __all__ = [
     "PROBE_SCRIPT",
     "FactsError",
     "gather_facts",
+    "has_gpu_driver",
     "parse_probes",
 ]
 
@@ -55,6 +57,9 @@ DEFAULT_REQUIRED_EXTENSIONS = [
     "vllm.cumem_allocator",
 ]
 _ERROR_LIMIT = 2000
+# A compiled extension linked against the GPU driver's library fails with this on a host without the driver
+# (a CPU build host of a fleet): not a fault of the release, and nothing this host can check.
+_NO_DRIVER = re.compile(r"libcuda\.so(\.1)?: cannot open shared object file")
 _STDERR_TAIL = 2000
 # What the release's vLLM answered about itself, cached in the release directory: importing vLLM's config
 # takes 86 s on a busy 2-core host, so each release pays it once (at the gather right after its build).
@@ -195,6 +200,15 @@ class _Probe(NamedTuple):
     name: str
     path: str  # relative to the vllm package directory
     pattern: Pattern[str]
+
+
+def has_gpu_driver() -> bool:
+    """Whether this host can load the NVIDIA driver's library (what vLLM's CUDA extensions link against)."""
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    return True
 
 
 def _verdict(path: Optional[str], ok: bool, error: Optional[str]) -> Dict[str, Any]:
@@ -621,7 +635,15 @@ def gather_facts(
 
     extensions = probed["extensions"]
     missing = [item for item, alternatives in requirements if not any(alt in extensions for alt in alternatives)]
-    broken = sorted(module for module, info in extensions.items() if not info["ok"])
+    failed = sorted(module for module, info in extensions.items() if not info["ok"])
+    driver = has_gpu_driver()
+    unchecked = [m for m in failed if not driver and _NO_DRIVER.search(extensions[m]["error"] or "")]
+    broken = [m for m in failed if m not in unchecked]
+    if unchecked:
+        warnings.append(
+            f"{len(unchecked)} compiled extensions need the GPU driver (libcuda.so.1), which this host lacks: "
+            f"not checked here ({', '.join(unchecked)}); a host with the driver checks them"
+        )
     probe_results, probe_errors = _run_probes(package_dir, parsed_probes)
     torch = probed["torch"]
     facts: Dict[str, Any] = {
@@ -642,6 +664,8 @@ def gather_facts(
         "extensions": dict(sorted(extensions.items())),
         "missing_extensions": missing,
         "broken_extensions": broken,
+        "gpu_driver": driver,
+        "driver_missing_extensions": unchecked,
         "probes": probe_results,
         "probe_errors": probe_errors,
     }

@@ -235,10 +235,24 @@ ansible_facts:
           type: list
           elements: str
         broken_extensions:
-          description: Present extensions that failed to load.
+          description:
+            - Present extensions that failed to load. On a host without the GPU driver (a CPU build host of
+              a fleet), those that fail only because C(libcuda.so.1) is absent are listed in
+              RV(ansible_facts.vllm.driver_missing_extensions) instead, with a warning.
           type: list
           elements: str
           sample: [vllm.cumem_allocator]
+        gpu_driver:
+          description: Whether this host loads the NVIDIA driver's library C(libcuda.so.1).
+          type: bool
+          sample: false
+        driver_missing_extensions:
+          description:
+            - Extensions that cannot be loaded here because this host has no GPU driver; a host with the
+              driver checks them (where any failure is in RV(ansible_facts.vllm.broken_extensions)).
+          type: list
+          elements: str
+          sample: [vllm.cumem_allocator, vllm.vllm_flash_attn._vllm_fa3_C]
         probes:
           description: Probe name -> whether its pattern was found.
           type: dict

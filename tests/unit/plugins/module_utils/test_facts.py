@@ -9,6 +9,7 @@ tests/unit/plugins/modules/test_vllm_facts.py.
 from __future__ import annotations
 
 import ast
+import ctypes.util
 import importlib.util
 import json
 import os
@@ -349,6 +350,59 @@ def test_extension_built_for_another_python_is_broken(venv, builder):
     assert info["ok"] is False
     assert "cannot be imported by Python" in info["error"]
     assert "suffix .cpython-30-x86_64-linux-gnu.so" in info["error"]
+
+
+# An extension linked against the GPU driver's library, as vLLM's CUDA extensions are (cumem_allocator, FA3).
+NEEDS_DRIVER_C = r"""
+#include <Python.h>
+extern int cuInit(unsigned int);
+static struct PyModuleDef def = {PyModuleDef_HEAD_INIT, "_cuda_kernels", NULL, -1, NULL};
+PyMODINIT_FUNC PyInit__cuda_kernels(void) { cuInit(0); return PyModule_Create(&def); }
+"""
+
+
+def _needs_driver_extension(directory: Path, python: Path) -> Path:
+    """`_cuda_kernels.abi3.so`, linked against a libcuda.so.1 that is removed again: a host without the driver."""
+    stub = directory / "driver"
+    stub.mkdir()
+    (stub / "cuda.c").write_text("int cuInit(unsigned int flags) { return (int)flags; }\n")
+    gcc = ["gcc", "-shared", "-fPIC", "-O0"]
+    subprocess.run(
+        [*gcc, "-Wl,-soname,libcuda.so.1", "-o", str(stub / "libcuda.so.1"), str(stub / "cuda.c")], check=True
+    )
+    (stub / "libcuda.so").symlink_to("libcuda.so.1")
+    (directory / "kernels.c").write_text(NEEDS_DRIVER_C)
+    target = directory / "_cuda_kernels.abi3.so"
+    include = python_paths(python)["include"]
+    subprocess.run(
+        [*gcc, "-I", include, "-o", str(target), str(directory / "kernels.c"), f"-L{stub}", "-lcuda"], check=True
+    )
+    shutil.rmtree(stub)
+    return target
+
+
+@pytest.mark.parametrize("driver", [False, True])
+def test_an_extension_that_needs_the_absent_gpu_driver_is_not_broken_here(venv, builder, tmp_path, monkeypatch, driver):
+    """A CPU build host cannot load vLLM's CUDA extensions (no libcuda.so.1): they are reported as unchecked,
+    not broken, so the fleet's build play passes there; a host with the driver counts the same failure broken."""
+    package = install_fake_vllm(venv, builder, undefined=())
+    shutil.copy(_needs_driver_extension(tmp_path, venv / "bin" / "python"), package / "_cuda_kernels.abi3.so")
+    monkeypatch.setattr(_facts, "has_gpu_driver", lambda: driver)
+    result = gather_facts(venv=str(venv), timeout=60, capabilities=False)
+    facts = result["facts"]
+    assert "libcuda.so.1: cannot open shared object file" in facts["extensions"]["vllm._cuda_kernels"]["error"]
+    assert facts["gpu_driver"] is driver
+    if driver:
+        assert facts["broken_extensions"] == ["vllm._cuda_kernels"]
+        assert facts["driver_missing_extensions"] == []
+    else:
+        assert facts["broken_extensions"] == []
+        assert facts["driver_missing_extensions"] == ["vllm._cuda_kernels"]
+        assert any("need the GPU driver (libcuda.so.1), which this host lacks" in w for w in result["warnings"])
+
+
+def test_this_host_without_a_driver_says_so():
+    assert _facts.has_gpu_driver() is (ctypes.util.find_library("cuda") is not None)
 
 
 def test_import_picks_the_suffix_python_prefers(venv, builder):

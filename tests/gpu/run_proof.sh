@@ -3,9 +3,12 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 #
 # Host side of the proof on real hardware (issue #6); tests/gpu/README.md says how to run it.
-#   bash tests/gpu/run_proof.sh [prep] [proof]            (both when none is named)
+#   bash tests/gpu/run_proof.sh [prep|fork] [proof]       (prep and proof when none is named)
 # prep:  unpack the carried vLLM tree (PROOF_CHUNKS/site.part.*) into PROOF_SITE unless it is there;
 #        build the tiny models (mkmodel.py) into PROOF_MODELS unless they are there.
+# fork:  instead of prep, for the fork proof (issue #16, tests/gpu/fork.yml): put together what
+#        prepare_fork.sh carried to PROOF_FORK_DIR (the wheels, the fork's repo, uv, vLLM's runtime
+#        needs), let the host's python see those and torch in its system site, and build the models.
 # proof: install ansible-core from PROOF_WHEELS unless PROOF_PYTHON imports it; run proof.yml under
 #        the time budget; stop any server it left.
 # Every step is timed; the results always land in RESULTS (at most 4 files: summary.json, ansible.log,
@@ -25,7 +28,12 @@ MODELS=${PROOF_MODELS:-/root/models}
 PY=${PROOF_PYTHON:-/opt/torch/.venv/bin/python3}
 [ -x "$PY" ] || PY=$(command -v python3)
 ANSIBLE_DIR=${PROOF_ANSIBLE_DIR:-/tmp/ans}
+FORK=${PROOF_FORK_DIR:-/root/w/fork}
+FORK_REPO=${PROOF_FORK_REPO:-/root/fork.git}
+DEPS=${PROOF_DEPS:-/tmp/deps}
+ROOT=${PROOF_ROOT:-/opt/vllm}
 WHEELS=${PROOF_WHEELS:-$REPO/.whl}
+[ -d "$WHEELS" ] || [ ! -d "$FORK/ansible-wheels" ] || WHEELS=$FORK/ansible-wheels
 STEPS=$BASE/steps.jsonl
 PLAY_RC=""
 mkdir -p "$BASE" "$RESULTS"
@@ -85,6 +93,48 @@ prep() {
     echo "no vLLM in $SITE and no $CHUNKS/site.part.*: set PROOF_SITE to the dir that holds vllm" >&2
     return 1
   fi
+  if [ -f "$MODELS/model_info.json" ]; then
+    echo "{\"step\": \"mkmodel\", \"skipped\": \"$MODELS/model_info.json is there\"}" >>"$STEPS"
+  else
+    step mkmodel 180 "$PY" "$HERE/mkmodel.py" "$MODELS" || return 1
+  fi
+}
+
+# shellcheck disable=SC2317  # run through step()
+fork_assemble() {
+  set -e
+  local fix sha forced
+  fix=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['fix']['wheel'])" "$FORK/fork.json")
+  sha=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['fix']['sha256'])" "$FORK/fork.json")
+  forced=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['forced']['wheel'])" "$FORK/fork.json")
+  mkdir -p "$FORK/wheels"
+  if [ ! -f "$FORK/wheels/$fix" ]; then
+    cat "$FORK"/wheel.part.* >"$FORK/wheels/$fix.part"
+    echo "$sha  $FORK/wheels/$fix.part" | sha256sum -c - && mv "$FORK/wheels/$fix.part" "$FORK/wheels/$fix"
+  fi
+  [ -f "$FORK/wheels/$forced" ] || "$PY" "$HERE/wheel_delta.py" apply "$FORK/wheels/$fix" "$FORK/forced.delta.zip" "$FORK/wheels"
+  rm -rf "$FORK_REPO" && git clone -q --bare "$FORK/fork.bundle" "$FORK_REPO"
+  git --git-dir "$FORK_REPO" show-ref
+  mkdir -p "$ROOT/tools/bin" && xz -dc "$FORK/uv.xz" >"$ROOT/tools/bin/uv" && chmod 0755 "$ROOT/tools/bin/uv"
+  mkdir -p "$DEPS" && xz -dc "$FORK/deps.tar.xz" | tar -x -C "$DEPS"
+  # The host's python with torch (and vLLM's runtime needs) in its system site, as on a GPU host whose
+  # python has them: the release venv (system_site_packages) then holds vLLM alone.
+  local base site torch_site
+  base=$("$PY" -c "import sys; print(getattr(sys, '_base_executable', sys.executable))")
+  site=$("$base" -I -c "import site; print(site.getsitepackages()[0])")
+  torch_site=$("$PY" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+  mkdir -p "$site"
+  printf 'import site; site.addsitedir("%s"); site.addsitedir("%s")\n' "$DEPS" "$torch_site" >"$site/zz_vllm_ops_gpu_rig.pth"
+  echo "base python $base, system site $site: + $DEPS + $torch_site"
+  rm -rf /tmp/site-check && "$ROOT/tools/bin/uv" venv -q --python "$PY" --system-site-packages /tmp/site-check
+  /tmp/site-check/bin/python -c "import torch, fastapi, xgrammar, transformers; print('system site ok: torch', torch.__version__)"
+  rm -rf /tmp/site-check
+}
+
+fork() {
+  [ -f "$BASE/host.txt" ] || host_facts >"$BASE/host.txt" 2>&1
+  export -f fork_assemble; export FORK FORK_REPO DEPS ROOT PY HERE
+  step fork-assemble 240 bash -c fork_assemble || return 1
   if [ -f "$MODELS/model_info.json" ]; then
     echo "{\"step\": \"mkmodel\", \"skipped\": \"$MODELS/model_info.json is there\"}" >>"$STEPS"
   else
@@ -167,7 +217,7 @@ except (OSError, ValueError):
     ran = "proof" in phases.split()
     work = os.path.dirname(play_summary)
     cases = {}
-    for name in ("release", "facts", "preflight", "synthetic", "random"):
+    for name in ("release", "fork_release", "facts", "preflight", "nospec", "synthetic", "random", "forced"):
         try:
             cases[name] = json.load(open(os.path.join(work, name + ".json")))
         except (OSError, ValueError):
@@ -196,8 +246,9 @@ rc=0
 for phase in "${phases[@]}"; do
   case $phase in
     prep) prep || rc=1 ;;
+    fork) fork || rc=1 ;;
     proof) proof || rc=1 ;;
-    *) echo "unknown phase $phase (use prep, proof)" >&2; rc=2 ;;
+    *) echo "unknown phase $phase (use prep, fork, proof)" >&2; rc=2 ;;
   esac
   [ $rc -eq 0 ] || break
 done

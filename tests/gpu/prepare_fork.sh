@@ -12,8 +12,7 @@
 #        gpu/csrc-forced  on top of it, a new op in csrc/ that the drafter calls (needs a full build)
 # build: gpu/dflash-fix with precompiled auto (the decision must say precompiled), then gpu/csrc-forced
 #        forced onto the precompiled path (precompiled always: the wrong base wheel of item 3)
-# pack:  the dflash-fix wheel in parts, the forced wheel as a delta against it (tests/gpu/wheel_delta.py),
-#        the fork as a git bundle, the uv that the role provisioned, the runtime dependencies of `vllm serve`
+# pack:  both wheels in parts (fix.part.*, forced.part.*), the fork as a git bundle, the uv that the role provisioned, the runtime dependencies of `vllm serve`
 #        that the H200's torch venv lacks (cp312 wheels installed --target, xz), ansible-core's wheels.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -72,8 +71,8 @@ pack() {
   tree=$(cd "$REPO" && git ls-files -co --exclude-standard -z | xargs -0 -r du -cb 2>/dev/null | tail -1 | cut -f1)
   fix=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['wheel'])" "$WORK/build-gpu-dflash-fix.json")
   forced=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['wheel'])" "$WORK/build-gpu-csrc-forced.json")
-  split -b $(((LIMIT - tree) / 1048576 - 1))M -d "$fix" "$stage/wheel.part."
-  "$PY" "$HERE/wheel_delta.py" make "$fix" "$forced" "$stage/small/forced.delta.zip"
+  split -b $(((LIMIT - tree) / 1048576 - 1))M -d "$fix" "$stage/fix.part."
+  split -b $(((LIMIT - tree) / 1048576 - 1))M -d "$forced" "$stage/forced.part."
   cp "$WORK"/build-gpu-*.json "$stage/small/"
   git -C "$WORK/vllm" bundle create "$stage/small/fork.bundle" gpu/dflash-fix gpu/csrc-forced v0.26.0
   xz -T0 -c "$WORK/root/tools/bin/uv" >"$stage/small/uv.xz"
@@ -103,7 +102,7 @@ json.dump(out, open(dest, "w"), indent=1)
 PYEOF
   # Chunk folders: each wheel part in its own, then each small file (largest first) in the first one with room.
   for d in "$REPO"/.f[0-9]*; do [ -d "$d" ] && rm -rf "$d"; done
-  for part in "$stage"/wheel.part.*; do
+  for part in "$stage"/fix.part.* "$stage"/forced.part.*; do
     i=$((i + 1)); mkdir -p "$REPO/.f$i"; mv "$part" "$REPO/.f$i/"
   done
   local item placed d

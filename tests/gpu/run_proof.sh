@@ -103,16 +103,15 @@ prep() {
 # shellcheck disable=SC2317  # run through step()
 fork_assemble() {
   set -e
-  local fix sha forced
-  fix=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['fix']['wheel'])" "$FORK/fork.json")
-  sha=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['fix']['sha256'])" "$FORK/fork.json")
-  forced=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['forced']['wheel'])" "$FORK/fork.json")
+  local key name sha
   mkdir -p "$FORK/wheels"
-  if [ ! -f "$FORK/wheels/$fix" ]; then
-    cat "$FORK"/wheel.part.* >"$FORK/wheels/$fix.part"
-    echo "$sha  $FORK/wheels/$fix.part" | sha256sum -c - && mv "$FORK/wheels/$fix.part" "$FORK/wheels/$fix"
-  fi
-  [ -f "$FORK/wheels/$forced" ] || "$PY" "$HERE/wheel_delta.py" apply "$FORK/wheels/$fix" "$FORK/forced.delta.zip" "$FORK/wheels"
+  for key in fix forced; do
+    name=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]]['wheel'])" "$FORK/fork.json" "$key")
+    sha=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]]['sha256'])" "$FORK/fork.json" "$key")
+    [ -f "$FORK/wheels/$name" ] && continue
+    cat "$FORK/$key".part.* >"$FORK/wheels/$name.part"
+    echo "$sha  $FORK/wheels/$name.part" | sha256sum -c - && mv "$FORK/wheels/$name.part" "$FORK/wheels/$name"
+  done
   rm -rf "$FORK_REPO" && git clone -q --bare "$FORK/fork.bundle" "$FORK_REPO"
   git --git-dir "$FORK_REPO" show-ref
   mkdir -p "$ROOT/tools/bin" && xz -dc "$FORK/uv.xz" >"$ROOT/tools/bin/uv" && chmod 0755 "$ROOT/tools/bin/uv"
@@ -180,8 +179,10 @@ proof() {
   rm -rf "$WORK" && mkdir -p "$WORK" "$BASE/ac/ansible_collections/vllm_ops"
   ln -sfn "$REPO" "$BASE/ac/ansible_collections/vllm_ops/dflash"
   run_vars >"$BASE/run-vars.json" || return 1
-  local extra=(-e "@$BASE/run-vars.json")
+  # PROOF_VARS first: what the environment sets (PROOF_CASES ...) wins over a vars file's defaults.
+  local extra=()
   for f in ${PROOF_VARS:-}; do extra+=(-e "@$f"); done
+  extra+=(-e "@$BASE/run-vars.json")
   export LANG=C.UTF-8 LC_ALL=C.UTF-8 ANSIBLE_REMOTE_TMP=$BASE/ansible-tmp PYTHONPATH=$ANSIBLE_DIR${PYTHONPATH:+:$PYTHONPATH} ANSIBLE_COLLECTIONS_PATH=$BASE/ac \
     ANSIBLE_HOME=$BASE/ansible-home ANSIBLE_LOCAL_TEMP=$BASE/ansible-tmp ANSIBLE_NOCOLOR=1 ANSIBLE_FORCE_COLOR=0 \
     ANSIBLE_RETRY_FILES_ENABLED=0 PYTHONUNBUFFERED=1

@@ -1,14 +1,10 @@
 # Copyright (c) vllm_ops.dflash contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The fork proof's helpers (issue #16): wheel_delta.py carries a second wheel byte for byte, fork_edits.py
-makes the two fork branches."""
+"""The fork proof's helper (issue #16): fork_edits.py makes the two fork branches."""
 
 from __future__ import annotations
 
-import hashlib
-import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -17,45 +13,6 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import fork_edits  # noqa: E402
-import wheel_delta  # noqa: E402
-
-LIB = hashlib.sha256(b"lib").digest() * 2000  # a large member both wheels share
-
-
-def _wheel(path: Path, version: str, dflash: bytes) -> Path:
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
-        archive.writestr("vllm/_C.abi3.so", LIB)
-        archive.writestr("vllm/model_executor/models/qwen3_dflash.py", dflash)
-        archive.writestr(f"vllm-{version}.dist-info/METADATA", f"Name: vllm\nVersion: {version}\n")
-        archive.writestr(f"vllm-{version}.dist-info/RECORD", "...\n")
-    return path
-
-
-def test_a_wheel_is_carried_as_its_delta_and_rebuilt_byte_for_byte(tmp_path: Path) -> None:
-    base = _wheel(tmp_path / "vllm-1+gaaa-cp38-abi3-any.whl", "1+gaaa", b"# fix\n")
-    target = _wheel(tmp_path / "vllm-2+gbbb-cp38-abi3-any.whl", "2+gbbb", b"# forced\n")
-    made = wheel_delta.make(str(base), str(target), str(tmp_path / "delta.zip"))
-    assert made["changed"] == 3  # the drafter and the renamed .dist-info; the library is not carried
-    assert made["delta_bytes"] < len(LIB) // 10
-    out = tmp_path / "out"
-    out.mkdir()
-    applied = wheel_delta.apply(str(base), str(tmp_path / "delta.zip"), str(out))
-    assert (out / target.name).read_bytes() == target.read_bytes()
-    assert applied["sha256"] == hashlib.sha256(target.read_bytes()).hexdigest()
-
-
-def test_a_delta_refuses_another_base_wheel(tmp_path: Path) -> None:
-    base = _wheel(tmp_path / "a.whl", "1", b"# fix\n")
-    target = _wheel(tmp_path / "b.whl", "2", b"# forced\n")
-    wheel_delta.make(str(base), str(target), str(tmp_path / "delta.zip"))
-    other = _wheel(tmp_path / "c.whl", "1", b"# other\n")
-    with pytest.raises(SystemExit, match="not the wheel the delta was made against"):
-        wheel_delta.apply(str(other), str(tmp_path / "delta.zip"), str(tmp_path))
-
-
-def test_the_command_line_says_how_to_use_it() -> None:
-    result = subprocess.run([sys.executable, str(HERE / "wheel_delta.py")], capture_output=True, text=True)
-    assert result.returncode == 2 and "wheel_delta.py make BASE.whl" in result.stderr
 
 
 def _checkout(tmp_path: Path) -> Path:

@@ -109,6 +109,8 @@ fork_assemble() {
     name=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]]['wheel'])" "$FORK/fork.json" "$key")
     sha=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]]['sha256'])" "$FORK/fork.json" "$key")
     [ -f "$FORK/wheels/$name" ] && continue
+    # The forced build is needed by the forced case alone: a run without it may leave its parts behind.
+    ls "$FORK/$key".part.* >/dev/null 2>&1 || { echo "no $key.part.* in $FORK: $name not assembled"; continue; }
     cat "$FORK/$key".part.* >"$FORK/wheels/$name.part"
     echo "$sha  $FORK/wheels/$name.part" | sha256sum -c - && mv "$FORK/wheels/$name.part" "$FORK/wheels/$name"
   done

@@ -140,7 +140,7 @@ def measure_vllm_build(env: Dict[str, Any], root: str, python: str, ref: str) ->
         "wheel": result["wheel"],
         "log_path": result["log_path"],
         "phases": phases(clock.lines),
-        "overlay": [line[1] for line in clock.lines if "wheel overlay" in line[1]],
+        "overlay": [line[1] for line in clock.lines if "wheel overlay" in line[1] or "linked install" in line[1]],
     }
 
 

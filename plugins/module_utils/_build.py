@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import glob
 import hashlib
 import json
 import os
@@ -94,7 +95,13 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._precompiled impor
     wheel_decision,
 )
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._releases import apply_action, remove_hidden_first
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._wheel_overlay import OverlayError, overlay, stub_for
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._wheel_overlay import (
+    OverlayError,
+    link_installed,
+    overlay,
+    stub_for,
+    unpack_members,
+)
 
 # The names other files import from here (the modules, _drift, the tests) stay importable from here.
 __all__ = [
@@ -158,6 +165,7 @@ class _Paths:
         # the build directory, also after a kill.
         self.tmp = os.path.join(self.build, "tmp")
         self.requirements = os.path.join(self.build, "build-requirements.txt")
+        self.from_stub = os.path.join(self.build, "from-stub")  # the wheel built from the stub, installed
         self.log = log or _log_path(root, name)
 
 
@@ -220,6 +228,9 @@ class _Builder:
         env.update(added_env)
         env.update({"TMPDIR": paths.tmp, "TEMP": paths.tmp, "TMP": paths.tmp})
         self.env = env
+        # (wheel built from the stub, its placeholders, the unpacked members): set by the overlay.
+        self.linkable: Optional[Tuple[str, Dict[str, Dict[str, Any]], str]] = None
+        self.install_record: Dict[str, Any] = {"how": "wheel"}
 
     @property
     def venv_python(self) -> str:
@@ -332,8 +343,17 @@ class _Builder:
             self.note(f"wheel overlay refused the built wheel ({exc}); building again from {base}")
             shutil.rmtree(self.paths.dist, ignore_errors=True)
             return None
-        os.unlink(built)
         self.note(f"wheel overlay: {counts['swapped']} members ({counts['swapped_bytes']} bytes) copied from {base}")
+        try:
+            members = unpack_members(stub, base)
+        except (OverlayError, OSError) as exc:
+            self.note(f"wheel overlay: the base wheel's members cannot be unpacked ({exc}); installing {final}")
+            os.unlink(built)
+            return final
+        os.makedirs(self.paths.from_stub, exist_ok=True)
+        kept = os.path.join(self.paths.from_stub, os.path.basename(built))
+        os.replace(built, kept)
+        self.linkable = (kept, counts["placeholders"], members)
         return final
 
     def adopt_wheel(self, given: str) -> str:
@@ -349,9 +369,39 @@ class _Builder:
             os.replace(tmp, final)
         return final
 
-    def install(self, wheel: str) -> None:
-        argv = self.installer.argv("install", [*self.opts.pip_args, wheel], venv_python=self.venv_python)
-        self.step("installing the wheel", argv)
+    def install(self, wheel: str, wheel_sha: str) -> None:
+        """Install `wheel`; one built through the overlay as the wheel built from the stub, its placeholders
+        then hard-linked to the base wheel's members (_wheel_overlay.link_installed): the same files."""
+        if self.linkable is None:
+            argv = self.installer.argv("install", [*self.opts.pip_args, wheel], venv_python=self.venv_python)
+            self.step("installing the wheel", argv)
+            return
+        from_stub, placeholders, members = self.linkable
+        argv = self.installer.argv("install", [*self.opts.pip_args, from_stub], venv_python=self.venv_python)
+        self.step("installing the wheel built from the stub", argv)
+        try:
+            counts = link_installed(self._dist_info(wheel), placeholders, members, (wheel, wheel_sha))
+        except (OverlayError, OSError, ValueError) as exc:
+            self.note(f"linked install refused ({exc}); installing {wheel} over it")
+            argv = self.installer.argv("reinstall", [*self.opts.pip_args, wheel], venv_python=self.venv_python)
+            self.step("installing the wheel", argv)
+            self.install_record = {"how": "wheel", "linked_install_refused": str(exc)}
+            return
+        self.note(
+            f"linked install: {counts['linked']} members hard-linked ({counts['copied']} copied, "
+            f"{counts['linked_bytes']} bytes) from {members}, the rest installed from {from_stub}"
+        )
+        self.install_record = dict(counts, how="linked", members=members)
+
+    def _dist_info(self, wheel: str) -> str:
+        name, version = os.path.basename(wheel).split("-")[:2]
+        pattern = os.path.join(glob.escape(self.paths.venv), "lib*", "python*", "site-packages")
+        found = {
+            os.path.realpath(p) for p in glob.glob(os.path.join(pattern, glob.escape(f"{name}-{version}.dist-info")))
+        }
+        if len(found) != 1:
+            raise OverlayError(f"{len(found)} installed {name}-{version}.dist-info in {self.paths.venv}, not one")
+        return found.pop()
 
     def checkout(self, mirror: str, commit: str) -> None:
         try:
@@ -616,8 +666,8 @@ def _make_release(opts: BuildOptions, builder: _Builder, plan: _Plan) -> Dict[st
                 builder.note(f"the wheel builds against the venv's torch: {build_torch or 'none'}")
             wheel = builder.build_wheel(paths.src)
             status.stage("install", f"installing {os.path.basename(wheel)}")
-        builder.install(wheel)
         wheel_sha = sha256_file(wheel)
+        builder.install(wheel, wheel_sha)
         manifest = {
             "schema": MANIFEST_SCHEMA,
             "name": plan.name,
@@ -634,6 +684,7 @@ def _make_release(opts: BuildOptions, builder: _Builder, plan: _Plan) -> Dict[st
             "stage_seconds": status.durations(),
             "log_path": paths.log,
             "source": source,
+            "install": builder.install_record,
             "build_torch": build_torch,
             "precompiled": plan.decision.use,
             "precompiled_reason": plan.decision.reason,

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -413,6 +415,27 @@ def test_fixture_engine_python_only_pull_request_is_built_precompiled(pip_args, 
     assert out == [engine_repo.scm_version(repo, pull["commit"]), "5"]
     manifest = json.loads(Path(pull["release"], "manifest.json").read_text())
     assert manifest["version"] == out[0] and manifest["precompiled_details"]["base_release"] == main["release_name"]
+    _assert_linked_install(pull, manifest, log)
+    # A linked install that is refused installs the overlaid wheel over it: same release, slower.
+    refused = _wheel_overlay.OverlayError("the installed vllm/_C.so is not the placeholder of vllm/_C.so")
+
+    def refuse(*args, **kwargs):
+        raise refused
+
+    monkeypatch.setattr(_build, "link_installed", refuse)
+    for kept in (pull["release"], os.path.dirname(pull["wheel"])):
+        shutil.rmtree(kept)  # built again from scratch
+    forced = build(engine_options("refs/pull/1/head"))
+    assert forced["release_name"] == pull["release_name"]
+    forced_manifest = json.loads(Path(forced["release"], "manifest.json").read_text())
+    assert forced_manifest["install"] == {"how": "wheel", "linked_install_refused": str(refused)}
+    forced_python = os.path.join(forced["release"], "venv", "bin", "python")
+    out = subprocess.run([forced_python, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == [engine_repo.scm_version(repo, pull["commit"]), "5"]
+    assert (
+        f"linked install refused ({refused}); installing {forced['wheel']} over it"
+        in Path(forced["log_path"]).read_text()
+    )
     # The same commit built in full is another release; a C change is never built precompiled.
     assert build(engine_options("refs/pull/1/head", precompiled="never"), check_mode=True)["release_name"] not in (
         pull["release_name"],
@@ -421,6 +444,27 @@ def test_fixture_engine_python_only_pull_request_is_built_precompiled(pip_args, 
     broken = build(engine_options("fault/broken-ext"), check_mode=True)
     assert broken["precompiled"] is False and "1 under vLLM's compiled paths" in broken["precompiled_reason"]
     assert "(csrc/ops.c)" in broken["precompiled_reason"] and broken["precompiled_reason"].endswith(": full build")
+
+
+def _assert_linked_install(result, manifest, log) -> None:
+    """The release holds the wheel built from the stub, its placeholders hard links to the base wheel's
+    members (shared by every release of that base wheel); RECORD and direct_url.json as the kept wheel's."""
+    install = manifest["install"]
+    assert (install["how"], install["linked"], install["copied"]) == ("linked", 3, 0)
+    assert f"linked install: 3 members hard-linked (0 copied, {install['linked_bytes']} bytes)" in log
+    dist_info = next(Path(result["release"], "venv").glob("lib/python*/site-packages/*.dist-info/direct_url.json"))
+    site = dist_info.parent.parent
+    linked = [p for p in (site / "vllm").rglob("*.so") if p.samefile(Path(install["members"], p.relative_to(site)))]
+    assert len(linked) == 3
+    for path, digest, size in (line.split(",") for line in (dist_info.parent / "RECORD").read_text().splitlines()):
+        if digest:  # the installed files are what RECORD says, the linked ones included
+            data = (site / path).read_bytes()
+            assert (digest, int(size)) == (_wheel_overlay._record_hash(hashlib.sha256(data).digest()), len(data))
+    direct = json.loads(dist_info.read_text())
+    assert direct["url"] == f"file://{result['wheel']}"
+    assert direct["archive_info"].get("hashes", {"sha256": result["wheel_sha256"]}) == {
+        "sha256": result["wheel_sha256"]
+    }
 
 
 def test_inputs_hash_and_name():

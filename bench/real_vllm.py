@@ -81,12 +81,12 @@ def phases(lines: List[Tuple[float, str]]) -> Dict[str, Any]:
     def times(pattern: str) -> List[float]:
         return [at for at, text in lines if re.search(pattern, text)]
 
-    command = times(r"\$ uv build ")
+    command = times(r"\$ uv build |PEP 517 hooks in one process")
     runs = times(r"Using user-specified precompiled wheel location")
     extract = times(r"^\[extract\] ")
     copying = times(r"^copying ")
     adding = times(r"^adding '")
-    built = times(r"^Successfully built ")
+    built = times(r"^Successfully built |^vllm_build-pep517-result ")
     end = times(r"\] exit \d+ after")
     start = command[0] if command else 0.0
     marks = {
@@ -96,7 +96,7 @@ def phases(lines: List[Tuple[float, str]]) -> Dict[str, Any]:
         "last [extract]": extract[-1] - start if extract else None,
         "build_py/install copying": (copying[0] - start, copying[-1] - start) if copying else None,
         "zip (adding ...)": (adding[0] - start, adding[-1] - start) if adding else None,
-        "uv reports the wheel": built[0] - start if built else None,
+        "the wheel is built": built[0] - start if built else None,
         "build command ends": next((t - start for t in end if t >= (built[0] if built else start)), None),
     }
     return {key: (round(v, 1) if isinstance(v, float) else v) for key, v in marks.items()}

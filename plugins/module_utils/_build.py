@@ -80,6 +80,8 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._git import (
 )
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._installer import Installer
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._lock import LockTimeout, host_lock
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._pep517 import MARK as PEP517_MARK
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._pep517 import build_system
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._precompiled import (
     Decision,
     PrecompiledError,
@@ -295,20 +297,57 @@ class _Builder:
         self.step("creating the venv", argv)
 
     def build_wheel(self, src: str) -> str:
-        argv = self.installer.argv(
-            "wheel",
-            [*self.opts.pip_args, src],
-            venv_python=self.venv_python,
-            dist=self.paths.dist,
-            no_isolation=not self.opts.build_isolation,
-        )
         base = self.env.get("VLLM_PRECOMPILED_WHEEL_LOCATION", "")
         if os.path.isfile(base):
-            overlaid = self._build_overlaid(argv, src, base)
+            overlaid = self._build_overlaid(src, base)
             if overlaid:
                 return overlaid
-        self.step("building the wheel", argv, cwd=src)
+        self._run_build(src, self.env)
         return self._keep_built()
+
+    def _run_build(self, src: str, env: Mapping[str, str]) -> None:
+        """Build the wheel of `src` into the dist directory: pip's own isolated build (`pip wheel`), else
+        both PEP 517 hooks in one process (_pep517) in a build env made here, or in the venv."""
+        if self.installer.name == "pip" and self.opts.build_isolation:
+            argv = self.installer.argv(
+                "wheel", [*self.opts.pip_args, src], venv_python=self.venv_python, dist=self.paths.dist,
+                no_isolation=False,
+            )  # fmt: skip
+            self.step("building the wheel", argv, cwd=src, env=env)
+            return
+        try:
+            system = build_system(src)
+        except ValueError as exc:
+            raise BuildError(f"{exc}; fix the ref's pyproject.toml") from exc
+        python = self.venv_python
+        if self.opts.build_isolation:  # a venv of the build requirements alone, as a frontend makes it
+            python = self._build_env(system.requires)
+        env = dict(env, PATH=os.pathsep.join([os.path.dirname(python), env.get("PATH", os.defpath)]))
+        self.note(f"building with {system.backend}'s PEP 517 hooks in one process of {python}")
+        for attempt in (1, 2):
+            script = os.path.join(self.paths.build, "pep517_hooks.py")
+            argv = system.hooks_argv(python, script, self.paths.dist, strict=self.opts.build_isolation)
+            self.step("building the wheel", argv, cwd=src, env=env)
+            found = _hooks_result(self.paths.log)
+            missing = found.get("missing") if found else None
+            if not missing:
+                return
+            if attempt == 2:
+                raise BuildError(f"the build backend still asks for {', '.join(missing)} after installing it")
+            self.note(f"get_requires_for_build_wheel asks for {', '.join(missing)}: installing into the build env")
+            argv = self.installer.argv("install", [*self.opts.pip_args, *missing], venv_python=python)
+            self.step("installing what the build backend asks for", argv)
+
+    def _build_env(self, requires: List[str]) -> str:
+        """A venv holding `[build-system] requires` alone (from the installer's cache), its python."""
+        env_dir = os.path.join(self.paths.build, "build-env")
+        argv = self.installer.argv("venv", python=self.python, venv=env_dir, system_site_packages=False)
+        self.step("creating the build env", argv)
+        python = os.path.join(env_dir, "bin", "python")
+        if requires:
+            argv = self.installer.argv("install", [*self.opts.pip_args, *requires], venv_python=python)
+            self.step("installing the build requirements into the build env", argv)
+        return python
 
     def _keep_built(self) -> str:
         built = _single_wheel(self.paths.dist)
@@ -319,7 +358,7 @@ class _Builder:
         os.replace(built, final)  # a wheel in wheels/<name>/ is complete by construction
         return final
 
-    def _build_overlaid(self, argv: List[str], src: str, base: str) -> Optional[str]:
+    def _build_overlaid(self, src: str, base: str) -> Optional[str]:
         """The precompiled build through the wheel overlay (_wheel_overlay): setup.py extracts from a stub of
         the base wheel, and the large members are copied raw from the base wheel into the built one.
 
@@ -331,7 +370,7 @@ class _Builder:
         except (OverlayError, OSError) as exc:
             raise BuildError(f"precompiled_wheel {base} cannot be used ({exc})") from exc
         self.note(f"wheel overlay: setup.py extracts from the stub {stub}")
-        self.step("building the wheel", argv, cwd=src, env=dict(self.env, VLLM_PRECOMPILED_WHEEL_LOCATION=stub))
+        self._run_build(src, dict(self.env, VLLM_PRECOMPILED_WHEEL_LOCATION=stub))
         built = _single_wheel(self.paths.dist)
         if not built:
             raise BuildError(f"the build produced no wheel in {self.paths.dist}")
@@ -408,6 +447,17 @@ class _Builder:
             checkout(mirror, commit, self.paths.src, self.deadline.remaining(), self.paths.log)
         except GitError as exc:
             raise BuildError(str(exc)) from exc
+
+
+def _hooks_result(log_path: str) -> Optional[Dict[str, Any]]:
+    """The last result line that _pep517.HOOKS printed into the build log."""
+    found = None
+    with open(log_path, encoding="utf-8", errors="replace") as handle:
+        for line in handle:
+            if line.startswith(PEP517_MARK):
+                with contextlib.suppress(ValueError):
+                    found = json.loads(line[len(PEP517_MARK) :])
+    return found if isinstance(found, dict) else None
 
 
 def _fetch_commit(repo: str, mirror: str, resolution: Resolution, deadline: Deadline, log: str) -> None:

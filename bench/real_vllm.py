@@ -13,6 +13,7 @@ first, or this runs its warm-up build), each on a new python-only commit of the 
 Figure: A / B (goal <= 0.5). Also: where A's build stage goes (the build log's lines time-stamped as
 they are written), disk for the releases (`du` counts hard links once), and the cold lane figure.
     .venv/bin/python bench/real_vllm.py [--dir DIR] [--rounds N] [--keep-bare]
+    .venv/bin/python bench/real_vllm.py --cold [--keep-cold]    (cold uv, then cold pip: all downloaded)
 """
 
 from __future__ import annotations
@@ -81,12 +82,12 @@ def phases(lines: List[Tuple[float, str]]) -> Dict[str, Any]:
     def times(pattern: str) -> List[float]:
         return [at for at, text in lines if re.search(pattern, text)]
 
-    command = times(r"\$ uv build ")
+    command = times(r"\$ uv build |PEP 517 hooks in one process")
     runs = times(r"Using user-specified precompiled wheel location")
     extract = times(r"^\[extract\] ")
     copying = times(r"^copying ")
     adding = times(r"^adding '")
-    built = times(r"^Successfully built ")
+    built = times(r"^Successfully built |^vllm_build-pep517-result ")
     end = times(r"\] exit \d+ after")
     start = command[0] if command else 0.0
     marks = {
@@ -96,7 +97,7 @@ def phases(lines: List[Tuple[float, str]]) -> Dict[str, Any]:
         "last [extract]": extract[-1] - start if extract else None,
         "build_py/install copying": (copying[0] - start, copying[-1] - start) if copying else None,
         "zip (adding ...)": (adding[0] - start, adding[-1] - start) if adding else None,
-        "uv reports the wheel": built[0] - start if built else None,
+        "the wheel is built": built[0] - start if built else None,
         "build command ends": next((t - start for t in end if t >= (built[0] if built else start)), None),
     }
     return {key: (round(v, 1) if isinstance(v, float) else v) for key, v in marks.items()}
@@ -140,7 +141,7 @@ def measure_vllm_build(env: Dict[str, Any], root: str, python: str, ref: str) ->
         "wheel": result["wheel"],
         "log_path": result["log_path"],
         "phases": phases(clock.lines),
-        "overlay": [line[1] for line in clock.lines if "wheel overlay" in line[1]],
+        "overlay": [line[1] for line in clock.lines if "wheel overlay" in line[1] or "linked install" in line[1]],
     }
 
 
@@ -190,6 +191,29 @@ def measure_bare(env: Dict[str, Any], root: str, python: str, ref: str, keep: bo
     }
 
 
+def measure_cold(env: Dict[str, Any], directory: str, python: str, installer: str, keep: bool) -> Dict[str, Any]:
+    """vllm_build of fork/python into a new root: every cache under it empty (installer's, stub), all downloaded."""
+    root = os.path.join(directory, f"cold-{installer}")
+    shutil.rmtree(root, ignore_errors=True)
+    params = dict(lane.python_only_params(env, root, python, "fork/python", **lane.wheel_commit_options()))
+    params["installer"] = installer
+    from ansible_collections.vllm_ops.dflash.plugins.module_utils import _build
+
+    started = time.monotonic()
+    result = _build.build(_build.build_options(params, run_id=f"bench-cold-{installer}"))
+    record = {
+        "installer": installer,
+        "duration": result["duration"],
+        "wall": round(time.monotonic() - started, 2),
+        "stage_seconds": result["stage_seconds"],
+        "release_bytes": lane.du(result["release"]),
+        "root_bytes": lane.du(root),
+    }
+    if not keep:
+        shutil.rmtree(root, ignore_errors=True)
+    return record
+
+
 def disk(root: str) -> Dict[str, Any]:
     releases = os.path.join(root, "releases")
     names = sorted(n for n in os.listdir(releases) if os.path.isfile(os.path.join(releases, n, "manifest.json")))
@@ -217,6 +241,14 @@ def _gib(size: Optional[int]) -> str:
 
 def report(record: Dict[str, Any]) -> str:
     lines = [f"real-vLLM bench, {record['finished_at']}, {record['machine']}, collection {record['collection']}"]
+    for cold in record.get("cold", []):
+        stages = ", ".join(f"{k} {v:.1f}" for k, v in cold["stage_seconds"].items())
+        lines.append(
+            f"cold {cold['installer']}: {cold['duration']:.1f} s ({stages}); release {_gib(cold['release_bytes'])}, "
+            f"root with caches {_gib(cold['root_bytes'])}"
+        )
+    if not record["vllm_build"]:
+        return "\n".join(lines)
     for n, (ours, bare) in enumerate(zip(record["vllm_build"], record["bare"]), 1):
         first = "vllm_build first" if n % 2 else "bare first"
         stages = ", ".join(f"{k} {v:.1f}" for k, v in ours["stage_seconds"].items())
@@ -244,16 +276,21 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--dir", default=lane.default_dir(), help="the lane's data directory (default %(default)s)")
     parser.add_argument("--rounds", type=int, default=2, help="bump pairs measured, order alternating (default 2)")
     parser.add_argument("--keep-bare", action="store_true", help="keep the bare command's venvs")
+    parser.add_argument("--cold", action="store_true", help="instead: fork/python cold with uv, then pip (new roots)")
+    parser.add_argument("--keep-cold", action="store_true", help="keep the cold runs' roots (<dir>/cold-*)")
     args = parser.parse_args(argv)
     directory = os.path.abspath(args.dir)
     env = lane.prepare(directory)
     root = os.path.join(directory, "root")
     python = lane.base_python()
-    if not os.path.isdir(os.path.join(root, "cache", "uv")):
+    if not args.cold and not os.path.isdir(os.path.join(root, "cache", "uv")):
         print("warm-up: building fork/python once (not measured)", flush=True)
         lane.real_build(env, root, python, "fork/python", **lane.wheel_commit_options())
-    record: Dict[str, Any] = {"vllm_build": [], "bare": []}
-    for round_ in range(args.rounds):
+    record: Dict[str, Any] = {"vllm_build": [], "bare": [], "cold": []}
+    for installer in ("uv", "pip") if args.cold else ():
+        print(f"cold {installer}: vllm_build fork/python into {directory}/cold-{installer} ...", flush=True)
+        record["cold"].append(measure_cold(env, directory, python, installer, args.keep_cold))
+    for round_ in range(0 if args.cold else args.rounds):
         n = next_bump(env["repo"])
         ours_ref, bare_ref = f"bench/bump-{n}", f"bench/bump-{n + 1}"
         sources.bump(env["repo"], ours_ref, "main", n)
@@ -266,7 +303,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             else:
                 print(f"bare uv pip install {bare_ref} ...", flush=True)
                 record["bare"].append(measure_bare(env, root, python, bare_ref, args.keep_bare))
-    record["disk"] = disk(root)
+    record["disk"] = disk(root) if not args.cold else {}
     now = datetime.datetime.now(datetime.timezone.utc)
     record["finished_at"] = now.strftime("%Y-%m-%dT%H:%M:%SZ")
     record["machine"] = f"{os.cpu_count()} CPUs"

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import glob
 import hashlib
 import json
 import os
@@ -79,6 +80,8 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._git import (
 )
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._installer import Installer
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._lock import LockTimeout, host_lock
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._pep517 import MARK as PEP517_MARK
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._pep517 import build_system
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._precompiled import (
     Decision,
     PrecompiledError,
@@ -94,7 +97,13 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._precompiled impor
     wheel_decision,
 )
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._releases import apply_action, remove_hidden_first
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._wheel_overlay import OverlayError, overlay, stub_for
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._wheel_overlay import (
+    OverlayError,
+    link_installed,
+    overlay,
+    stub_for,
+    unpack_members,
+)
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._wheel_tags import base_tagged
 
 # The names other files import from here (the modules, _drift, the tests) stay importable from here.
@@ -159,6 +168,7 @@ class _Paths:
         # the build directory, also after a kill.
         self.tmp = os.path.join(self.build, "tmp")
         self.requirements = os.path.join(self.build, "build-requirements.txt")
+        self.from_stub = os.path.join(self.build, "from-stub")  # the wheel built from the stub, installed
         self.log = log or _log_path(root, name)
 
 
@@ -221,6 +231,9 @@ class _Builder:
         env.update(added_env)
         env.update({"TMPDIR": paths.tmp, "TEMP": paths.tmp, "TMP": paths.tmp})
         self.env = env
+        # (wheel built from the stub, its placeholders, the unpacked members): set by the overlay.
+        self.linkable: Optional[Tuple[str, Dict[str, Dict[str, Any]], str]] = None
+        self.install_record: Dict[str, Any] = {"how": "wheel"}
         self.tags: Optional[Dict[str, Any]] = None  # the precompiled wheel's tags (_wheel_tags), when built here
 
     @property
@@ -286,20 +299,13 @@ class _Builder:
         self.step("creating the venv", argv)
 
     def build_wheel(self, src: str) -> str:
-        argv = self.installer.argv(
-            "wheel",
-            [*self.opts.pip_args, src],
-            venv_python=self.venv_python,
-            dist=self.paths.dist,
-            no_isolation=not self.opts.build_isolation,
-        )
         base = self.env.get("VLLM_PRECOMPILED_WHEEL_LOCATION", "")
         if not os.path.isfile(base):
-            self.step("building the wheel", argv, cwd=src)
+            self._run_build(src, self.env)
             return self._keep_built()
-        wheel = self._build_overlaid(argv, src, base)
+        wheel = self._build_overlaid(src, base)
         if not wheel:
-            self.step("building the wheel", argv, cwd=src)
+            self._run_build(src, self.env)
             wheel = self._keep_built()
         return self._base_tagged(wheel, base)
 
@@ -314,6 +320,50 @@ class _Builder:
         self.note(f"wheel tags: {tagged.reason}")
         return tagged.path
 
+    def _run_build(self, src: str, env: Mapping[str, str]) -> None:
+        """Build the wheel of `src` into the dist directory: pip's own isolated build (`pip wheel`), else
+        both PEP 517 hooks in one process (_pep517) in a build env made here, or in the venv."""
+        if self.installer.name == "pip" and self.opts.build_isolation:
+            argv = self.installer.argv(
+                "wheel", [*self.opts.pip_args, src], venv_python=self.venv_python, dist=self.paths.dist,
+                no_isolation=False,
+            )  # fmt: skip
+            self.step("building the wheel", argv, cwd=src, env=env)
+            return
+        try:
+            system = build_system(src)
+        except ValueError as exc:
+            raise BuildError(f"{exc}; fix the ref's pyproject.toml") from exc
+        python = self.venv_python
+        if self.opts.build_isolation:  # a venv of the build requirements alone, as a frontend makes it
+            python = self._build_env(system.requires)
+        env = dict(env, PATH=os.pathsep.join([os.path.dirname(python), env.get("PATH", os.defpath)]))
+        self.note(f"building with {system.backend}'s PEP 517 hooks in one process of {python}")
+        for attempt in (1, 2):
+            script = os.path.join(self.paths.build, "pep517_hooks.py")
+            argv = system.hooks_argv(python, script, self.paths.dist, strict=self.opts.build_isolation)
+            self.step("building the wheel", argv, cwd=src, env=env)
+            found = _hooks_result(self.paths.log)
+            missing = found.get("missing") if found else None
+            if not missing:
+                return
+            if attempt == 2:
+                raise BuildError(f"the build backend still asks for {', '.join(missing)} after installing it")
+            self.note(f"get_requires_for_build_wheel asks for {', '.join(missing)}: installing into the build env")
+            argv = self.installer.argv("install", [*self.opts.pip_args, *missing], venv_python=python)
+            self.step("installing what the build backend asks for", argv)
+
+    def _build_env(self, requires: List[str]) -> str:
+        """A venv holding `[build-system] requires` alone (from the installer's cache), its python."""
+        env_dir = os.path.join(self.paths.build, "build-env")
+        argv = self.installer.argv("venv", python=self.python, venv=env_dir, system_site_packages=False)
+        self.step("creating the build env", argv)
+        python = os.path.join(env_dir, "bin", "python")
+        if requires:
+            argv = self.installer.argv("install", [*self.opts.pip_args, *requires], venv_python=python)
+            self.step("installing the build requirements into the build env", argv)
+        return python
+
     def _keep_built(self) -> str:
         built = _single_wheel(self.paths.dist)
         if not built:
@@ -323,7 +373,7 @@ class _Builder:
         os.replace(built, final)  # a wheel in wheels/<name>/ is complete by construction
         return final
 
-    def _build_overlaid(self, argv: List[str], src: str, base: str) -> Optional[str]:
+    def _build_overlaid(self, src: str, base: str) -> Optional[str]:
         """The precompiled build through the wheel overlay (_wheel_overlay): setup.py extracts from a stub of
         the base wheel, and the large members are copied raw from the base wheel into the built one.
 
@@ -335,7 +385,7 @@ class _Builder:
         except (OverlayError, OSError) as exc:
             raise BuildError(f"precompiled_wheel {base} cannot be used ({exc})") from exc
         self.note(f"wheel overlay: setup.py extracts from the stub {stub}")
-        self.step("building the wheel", argv, cwd=src, env=dict(self.env, VLLM_PRECOMPILED_WHEEL_LOCATION=stub))
+        self._run_build(src, dict(self.env, VLLM_PRECOMPILED_WHEEL_LOCATION=stub))
         built = _single_wheel(self.paths.dist)
         if not built:
             raise BuildError(f"the build produced no wheel in {self.paths.dist}")
@@ -347,8 +397,17 @@ class _Builder:
             self.note(f"wheel overlay refused the built wheel ({exc}); building again from {base}")
             shutil.rmtree(self.paths.dist, ignore_errors=True)
             return None
-        os.unlink(built)
         self.note(f"wheel overlay: {counts['swapped']} members ({counts['swapped_bytes']} bytes) copied from {base}")
+        try:
+            members = unpack_members(stub, base)
+        except (OverlayError, OSError) as exc:
+            self.note(f"wheel overlay: the base wheel's members cannot be unpacked ({exc}); installing {final}")
+            os.unlink(built)
+            return final
+        os.makedirs(self.paths.from_stub, exist_ok=True)
+        kept = os.path.join(self.paths.from_stub, os.path.basename(built))
+        os.replace(built, kept)
+        self.linkable = (kept, counts["placeholders"], members)
         return final
 
     def adopt_wheel(self, given: str) -> str:
@@ -364,15 +423,56 @@ class _Builder:
             os.replace(tmp, final)
         return final
 
-    def install(self, wheel: str) -> None:
-        argv = self.installer.argv("install", [*self.opts.pip_args, wheel], venv_python=self.venv_python)
-        self.step("installing the wheel", argv)
+    def install(self, wheel: str, wheel_sha: str) -> None:
+        """Install `wheel`; one built through the overlay as the wheel built from the stub, its placeholders
+        then hard-linked to the base wheel's members (_wheel_overlay.link_installed): the same files."""
+        if self.linkable is None:
+            argv = self.installer.argv("install", [*self.opts.pip_args, wheel], venv_python=self.venv_python)
+            self.step("installing the wheel", argv)
+            return
+        from_stub, placeholders, members = self.linkable
+        argv = self.installer.argv("install", [*self.opts.pip_args, from_stub], venv_python=self.venv_python)
+        self.step("installing the wheel built from the stub", argv)
+        try:
+            counts = link_installed(self._dist_info(wheel), placeholders, members, (wheel, wheel_sha))
+        except (OverlayError, OSError, ValueError) as exc:
+            self.note(f"linked install refused ({exc}); installing {wheel} over it")
+            argv = self.installer.argv("reinstall", [*self.opts.pip_args, wheel], venv_python=self.venv_python)
+            self.step("installing the wheel", argv)
+            self.install_record = {"how": "wheel", "linked_install_refused": str(exc)}
+            return
+        self.note(
+            f"linked install: {counts['linked']} members hard-linked ({counts['copied']} copied, "
+            f"{counts['linked_bytes']} bytes) from {members}, the rest installed from {from_stub}"
+        )
+        self.install_record = dict(counts, how="linked", members=members)
+
+    def _dist_info(self, wheel: str) -> str:
+        name, version = os.path.basename(wheel).split("-")[:2]
+        pattern = os.path.join(glob.escape(self.paths.venv), "lib*", "python*", "site-packages")
+        found = {
+            os.path.realpath(p) for p in glob.glob(os.path.join(pattern, glob.escape(f"{name}-{version}.dist-info")))
+        }
+        if len(found) != 1:
+            raise OverlayError(f"{len(found)} installed {name}-{version}.dist-info in {self.paths.venv}, not one")
+        return found.pop()
 
     def checkout(self, mirror: str, commit: str) -> None:
         try:
             checkout(mirror, commit, self.paths.src, self.deadline.remaining(), self.paths.log)
         except GitError as exc:
             raise BuildError(str(exc)) from exc
+
+
+def _hooks_result(log_path: str) -> Optional[Dict[str, Any]]:
+    """The last result line that _pep517.HOOKS printed into the build log."""
+    found = None
+    with open(log_path, encoding="utf-8", errors="replace") as handle:
+        for line in handle:
+            if line.startswith(PEP517_MARK):
+                with contextlib.suppress(ValueError):
+                    found = json.loads(line[len(PEP517_MARK) :])
+    return found if isinstance(found, dict) else None
 
 
 def _fetch_commit(repo: str, mirror: str, resolution: Resolution, deadline: Deadline, log: str) -> None:
@@ -631,8 +731,8 @@ def _make_release(opts: BuildOptions, builder: _Builder, plan: _Plan) -> Dict[st
                 builder.note(f"the wheel builds against the venv's torch: {build_torch or 'none'}")
             wheel = builder.build_wheel(paths.src)
             status.stage("install", f"installing {os.path.basename(wheel)}")
-        builder.install(wheel)
         wheel_sha = sha256_file(wheel)
+        builder.install(wheel, wheel_sha)
         manifest = {
             "schema": MANIFEST_SCHEMA,
             "name": plan.name,
@@ -649,6 +749,7 @@ def _make_release(opts: BuildOptions, builder: _Builder, plan: _Plan) -> Dict[st
             "stage_seconds": status.durations(),
             "log_path": paths.log,
             "source": source,
+            "install": builder.install_record,
             "build_torch": build_torch,
             "precompiled": plan.decision.use,
             "precompiled_reason": plan.decision.reason,

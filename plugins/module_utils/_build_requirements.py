@@ -12,10 +12,11 @@ packages) the torch lines are left out, as vLLM's `use_existing_torch.py` does.
 
 from __future__ import annotations
 
-import ast
 import os
 import re
 from typing import List, Optional
+
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._pep517 import pyproject_table
 
 __all__ = ["BuildRequirements", "build_requirements"]
 
@@ -35,30 +36,6 @@ class BuildRequirements:
 
     def __repr__(self) -> str:
         return f"BuildRequirements({self.source})"
-
-
-def _pyproject_requires(path: str) -> Optional[List[str]]:
-    """`[build-system] requires` of a pyproject.toml (tomllib when there is one: it is 3.11+)."""
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read()
-    except OSError:
-        return None
-    try:
-        import tomllib  # type: ignore[import-not-found,unused-ignore]
-
-        requires = tomllib.loads(data.decode("utf-8")).get("build-system", {}).get("requires")
-    except ImportError:  # Python < 3.11: the array of strings, without comments, is a Python literal
-        text = data.decode("utf-8")
-        section = re.search(r"(?ms)^\[build-system\]\s*$(.*?)(?=^\[|\Z)", text)
-        array = re.search(r"(?ms)^requires\s*=\s*(\[.*?\])", section.group(1)) if section else None
-        if array is None:
-            return None
-        cleaned = "\n".join(re.sub(r"#[^\"'\n]*$", "", line) for line in array.group(1).splitlines())
-        requires = ast.literal_eval(cleaned)
-    if not isinstance(requires, list) or not all(isinstance(item, str) for item in requires):
-        return None
-    return requires
 
 
 def _absolute_includes(line: str, directory: str) -> str:
@@ -85,8 +62,8 @@ def build_requirements(src: str, dest: str, device: Optional[str], keep_torch: b
             source = relative
             break
     if lines is None:
-        requires = _pyproject_requires(os.path.join(src, "pyproject.toml"))
-        if not requires:
+        requires = (pyproject_table(src) or {}).get("requires")
+        if not requires or not isinstance(requires, list) or not all(isinstance(item, str) for item in requires):
             return None
         lines, source = list(requires), "pyproject.toml [build-system] requires"
     skipped = [] if keep_torch else [line.strip() for line in lines if _TORCH.match(line)]

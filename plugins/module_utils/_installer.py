@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """One command table for the installers a release can be built with: pip and uv.
 
-Each step of a build (create the venv, build the wheel, install into the venv) is one row per
+Each step of a build (create the venv, build the wheel, install into the venv, install one wheel again) is one row per
 installer; a new installer, or a changed flag, is an edit of COMMANDS and nothing else.
 """
 
@@ -20,11 +20,14 @@ COMMANDS: Dict[str, Dict[str, Tuple[str, ...]]] = {
         # -v: the build backend's own output (compiler lines) goes to the log and the status file live.
         "wheel": ("{venv_python}", "-m", "pip", "wheel", "-v", "--no-deps", "--wheel-dir", "{dist}", "{no_isolation}"),
         "install": ("{venv_python}", "-m", "pip", "install"),
+        # The one package again, over what is installed (its dependencies are in place already).
+        "reinstall": ("{venv_python}", "-m", "pip", "install", "--force-reinstall", "--no-deps"),
     },
     "uv": {
         "venv": ("{uv}", "venv", "--python", "{python}", "{system_site_packages}", "{venv}"),
         "wheel": ("{uv}", "build", "--wheel", "--python", "{venv_python}", "--out-dir", "{dist}", "{no_isolation}"),
         "install": ("{uv}", "pip", "install", "--python", "{venv_python}"),
+        "reinstall": ("{uv}", "pip", "install", "--python", "{venv_python}", "--reinstall", "--no-deps"),
     },
 }
 FLAGS = {"system_site_packages": "--system-site-packages", "no_isolation": "--no-build-isolation"}

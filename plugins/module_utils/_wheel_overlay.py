@@ -14,15 +14,24 @@ wheel, with RECORD's lines for the swapped members set to the real hash and size
 The result holds the same files with the same bytes as vLLM's own build of that commit (setup.py still
 decides which members go where; a placeholder found anywhere but under its own name refuses the wheel),
 and RECORD stays valid. Only the zip members' timestamps differ: the base wheel's for swapped members.
+
+The release is installed the same way round (`link_installed`): the wheel built from the stub (a few MB)
+is installed, and each placeholder in the venv is replaced by a hard link to the base wheel's member,
+unpacked once beside the stub (`unpack_members`) and checked against its hash on every use. The installer
+never inflates the 650 MB of libraries again, its cache never holds them per release, and every release
+built from one base wheel shares their disk blocks.
 """
 
 from __future__ import annotations
 
 import base64
+import csv
 import hashlib
 import json
 import os
+import shutil
 import struct
+import urllib.parse
 import zipfile
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -30,11 +39,13 @@ __all__ = [
     "MIN_SIZE",
     "OverlayError",
     "copy_raw",
+    "link_installed",
     "make_stub",
     "overlay",
     "read_record",
     "record_hash",
     "stub_for",
+    "unpack_members",
     "write_record",
 ]
 
@@ -43,6 +54,8 @@ MIN_SIZE = 1 << 20
 PLACEHOLDER_MAGIC = b"vllm_ops.dflash wheel-overlay placeholder v1\n"
 _CHUNK = 1 << 20
 _STAMP = ".stub.json"
+_MEMBERS = "members"
+_MEMBERS_STAMP = ".members.json"
 
 
 class OverlayError(Exception):
@@ -285,4 +298,128 @@ def _overlay(built_wheel: str, base_wheel: str, dest: str) -> Dict[str, Any]:
                 os.unlink(tmp)
             raise
     os.replace(tmp, dest)
-    return {"swapped": swapped, "swapped_bytes": swapped_bytes, "members": len(rows)}
+    return {"swapped": swapped, "swapped_bytes": swapped_bytes, "members": len(rows), "placeholders": placeholders}
+
+
+def unpack_members(stub: str, base_wheel: str) -> str:
+    """The base wheel's members that `stub` holds placeholders for, unpacked once to `<stub dir>/members/`.
+
+    Each is checked against the hash its placeholder records (the base wheel's RECORD) as it is written,
+    and made read-only: it is hard-linked into every release built from this base wheel, so a write into
+    one would change them all. Complete once its stamp exists. Returns the directory.
+    """
+    directory = os.path.join(os.path.dirname(stub), _MEMBERS)
+    stamp = os.path.join(directory, _MEMBERS_STAMP)
+    if os.path.isfile(stamp):
+        return directory
+    unpacked = 0
+    try:
+        with zipfile.ZipFile(stub) as stub_zip, zipfile.ZipFile(base_wheel) as base:
+            for info in stub_zip.infolist():
+                found = (
+                    _parse_placeholder(stub_zip.read(info)) if info.file_size <= 4096 + len(PLACEHOLDER_MAGIC) else None
+                )
+                if found is None:
+                    continue
+                target = os.path.join(directory, *info.filename.split("/"))
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                digest = hashlib.sha256()
+                with base.open(info.filename) as member, open(target + ".part", "wb") as out:
+                    for chunk in iter(lambda: member.read(_CHUNK), b""):
+                        digest.update(chunk)
+                        out.write(chunk)
+                if record_hash(digest.digest()) != found["hash"]:
+                    os.unlink(target + ".part")
+                    raise OverlayError(
+                        f"{info.filename} in {base_wheel} does not match its stub ({found['hash']}). "
+                        f"Fix: remove {os.path.dirname(stub)} (the stub is made again)"
+                    )
+                mode = (info.external_attr >> 16) & 0o555 or 0o444
+                os.chmod(target + ".part", mode)
+                os.replace(target + ".part", target)
+                unpacked += 1
+    except (KeyError, zipfile.BadZipFile) as exc:
+        raise OverlayError(
+            f"{base_wheel} does not hold what its stub {stub} names ({exc}). Fix: remove the stub"
+        ) from exc
+    with open(stamp + ".part", "w", encoding="utf-8") as handle:
+        json.dump({"members": unpacked}, handle)
+    os.replace(stamp + ".part", stamp)
+    return directory
+
+
+def _replace_file(path: str, data: bytes) -> None:
+    """Write `path` anew (never in place: an installed file may be a hard link into the installer's cache)."""
+    with open(path + ".part", "wb") as handle:
+        handle.write(data)
+    os.replace(path + ".part", path)
+
+
+def link_installed(
+    dist_info: str, placeholders: Dict[str, Dict[str, Any]], members: str, wheel: Optional[Tuple[str, str]] = None
+) -> Dict[str, int]:
+    """Replace each placeholder that the installed `dist_info` lists by a hard link to its unpacked member.
+
+    Every installed file is checked to be the placeholder of its own name first, and every member against
+    its hash (a shared file changed since it was unpacked is refused). RECORD then names the real hash
+    and size, as installing the overlaid wheel writes it; direct_url.json names `wheel` ((path, sha256):
+    the overlaid wheel the release keeps). Files are replaced, never written in place. Raises OverlayError (the caller
+    installs the overlaid wheel instead). Returns counts.
+    """
+    site = os.path.dirname(dist_info)
+    record_path = os.path.join(dist_info, "RECORD")
+    try:
+        with open(record_path, encoding="utf-8") as handle:
+            rows = [row for row in csv.reader(handle) if row]
+    except OSError as exc:
+        raise OverlayError(f"cannot read the installed {record_path} ({exc})") from exc
+    lines = {row[0]: index for index, row in enumerate(rows)}
+    counts = {"linked": 0, "linked_bytes": 0, "copied": 0}
+    for name, found in sorted(placeholders.items()):
+        target = os.path.join(site, *name.split("/"))
+        member = os.path.join(members, *name.split("/"))
+        if name not in lines:
+            raise OverlayError(f"the installed RECORD of {dist_info} does not list {name}")
+        try:
+            with open(target, "rb") as handle:
+                installed = _parse_placeholder(handle.read(len(PLACEHOLDER_MAGIC) + 4096))
+        except OSError as exc:
+            raise OverlayError(f"the installed {target} cannot be read ({exc})") from exc
+        if installed is None or installed.get("name") != name or installed.get("hash") != found["hash"]:
+            raise OverlayError(f"the installed {target} is not the placeholder of {name}")
+        if not os.path.isfile(member) or record_hash(bytes.fromhex(_sha256_file(member))) != found["hash"]:
+            raise OverlayError(
+                f"{member} is missing or no longer matches {found['hash']}; releases built earlier from this base "
+                f"wheel share it. Fix: remove {os.path.dirname(members)} and rebuild them"
+            )
+        try:
+            os.link(member, target + ".part")
+            counts["linked"] += 1
+        except OSError:  # another file system, or no hard links there: a copy, same bytes
+            shutil.copy2(member, target + ".part")
+            counts["copied"] += 1
+        os.replace(target + ".part", target)
+        counts["linked_bytes"] += int(found["size"])
+        rows[lines[name]] = [name, found["hash"], str(found["size"])]
+    direct_url = os.path.join(dist_info, "direct_url.json")
+    relative = f"{os.path.basename(dist_info)}/direct_url.json"
+    if wheel and os.path.isfile(direct_url) and relative in lines:
+        with open(direct_url, encoding="utf-8") as handle:
+            data = json.load(handle)
+        data["url"] = "file://" + urllib.parse.quote(os.path.abspath(wheel[0]), safe="/+")
+        archive = data.get("archive_info")
+        if isinstance(archive, dict) and ("hash" in archive or "hashes" in archive):  # pip records one
+            archive.pop("hash", None)
+            archive["hashes"] = {"sha256": wheel[1]}
+        text = json.dumps(data, separators=(",", ":")).encode("utf-8")
+        _replace_file(direct_url, text)
+        rows[lines[relative]] = [relative, record_hash(hashlib.sha256(text).digest()), str(len(text))]
+    relative = f"{os.path.basename(dist_info)}/WHEEL"
+    if wheel and relative in lines:  # the kept wheel's tags (_wheel_tags may have given it the base wheel's)
+        with zipfile.ZipFile(wheel[0]) as kept:
+            tags = kept.read(relative) if relative in kept.namelist() else None
+        if tags is not None:
+            _replace_file(os.path.join(dist_info, "WHEEL"), tags)
+            rows[lines[relative]] = [relative, record_hash(hashlib.sha256(tags).digest()), str(len(tags))]
+    _replace_file(record_path, write_record(rows))
+    return counts

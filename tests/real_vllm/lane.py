@@ -17,6 +17,7 @@ import argparse
 import base64
 import csv
 import datetime
+import glob
 import hashlib
 import io
 import json
@@ -178,7 +179,35 @@ def overlay_lines(log_path: Optional[str]) -> List[str]:
     if not log_path or not os.path.isfile(log_path):
         return []
     with open(log_path, encoding="utf-8", errors="replace") as handle:
-        return [line.strip() for line in handle if "wheel overlay" in line]
+        return [line.strip() for line in handle if "wheel overlay" in line or "linked install" in line]
+
+
+def installed_check(release: str) -> Dict[str, Any]:
+    """The release's installed vLLM against its own RECORD (sha256 of every file listed), and how many of
+    its files are hard links shared with other releases (the linked install's libraries)."""
+    records = glob.glob(os.path.join(release, "venv", "lib", "python*", "site-packages", "vllm-*.dist-info", "RECORD"))
+    if len(records) != 1:
+        return {"error": f"{len(records)} installed vllm RECORD files"}
+    site = os.path.dirname(os.path.dirname(records[0]))
+    checked, bad, shared, shared_bytes = 0, [], 0, 0
+    with open(records[0], encoding="utf-8") as handle:
+        for row in csv.reader(handle):
+            if len(row) < 3 or not row[1]:
+                continue
+            path = os.path.join(site, row[0])
+            digest = hashlib.sha256()
+            with open(path, "rb") as member:
+                for chunk in iter(lambda: member.read(1 << 20), b""):
+                    digest.update(chunk)
+            expected = "sha256=" + base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode()
+            checked += 1
+            if expected != row[1]:
+                bad.append(row[0])
+            stat = os.stat(path)
+            if stat.st_nlink > 1 and stat.st_size >= 1 << 20:
+                shared += 1
+                shared_bytes += stat.st_size
+    return {"files": checked, "not_matching": bad, "shared_large_files": shared, "shared_bytes": shared_bytes}
 
 
 def du(path: str) -> Optional[int]:
@@ -367,6 +396,14 @@ def report(record: Dict[str, Any]) -> str:
         ]
     for line in record.get("overlay_log") or []:
         lines.append(f"- log: `{line}`")
+    installed = record.get("installed")
+    if installed:
+        lines.append(
+            f"- installed vLLM against its RECORD: {installed.get('error') or ''}{installed.get('files')} files "
+            "hashed, "
+            f"{len(installed.get('not_matching') or [])} not matching; {installed.get('shared_large_files')} files of "
+            f"1 MiB or more are hard links ({_gib(installed.get('shared_bytes'))})"
+        )
     compare = record.get("compare")
     if compare:
         if compare.get("error"):
@@ -435,6 +472,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         if build.get("release"):
             record["overlay_log"] = overlay_lines(build.get("log_path"))
             record["facts"] = facts(root, build["release"])
+            record["installed"] = installed_check(build["release"])
             if not args.skip_compare:
                 try:
                     record["compare"] = compare_with_plain_build(env, root, build)

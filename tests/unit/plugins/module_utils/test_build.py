@@ -11,6 +11,7 @@ import json
 import os
 import platform
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -372,7 +373,7 @@ def test_uv_installer_builds_the_same_commit_as_its_own_release(tiny, fleet, pip
     assert result["release_name"] != results["main"]["release_name"]  # the installer is a build input
     manifest = json.loads(Path(result["release"], "manifest.json").read_text())
     assert manifest["inputs"]["installer"] == "uv"
-    assert re.search(r"\$ \S*/uv build --wheel", Path(result["log_path"]).read_text())
+    assert "PEP 517 build_wheel of setuptools.build_meta in the same process" in Path(result["log_path"]).read_text()
     assert installed_version(os.path.join(result["release"], "venv")) == manifest["version"]
 
 
@@ -420,6 +421,7 @@ def test_fixture_engine_python_only_pull_request_is_built_precompiled(pip_args, 
     assert out == [engine_repo.scm_version(repo, pull["commit"]), "5"]
     manifest = json.loads(Path(pull["release"], "manifest.json").read_text())
     assert manifest["version"] == out[0] and manifest["precompiled_details"]["base_release"] == main["release_name"]
+    _assert_linked_install(pull, manifest, log)
     assert manifest["wheel_tags"]["retagged"] is False  # main's wheel was built here: the same tags
     assert manifest["wheel_tags"]["reason"].startswith("the build's tags are the base wheel's")
     # A base wheel of other tags (vLLM's releases are manylinux_2_28; a precompiled build of real vLLM is
@@ -436,9 +438,33 @@ def test_fixture_engine_python_only_pull_request_is_built_precompiled(pip_args, 
     assert (
         f"wheel tags: tagged {tags} like the base wheel (was cp38-abi3-linux_" in Path(portable["log_path"]).read_text()
     )
+    portable_manifest = json.loads(Path(portable["release"], "manifest.json").read_text())
+    _assert_linked_install(portable, portable_manifest, Path(portable["log_path"]).read_text())
+    installed_wheel = next(Path(portable["release"], "venv").glob("lib/python*/site-packages/vllm-*.dist-info/WHEEL"))
+    assert f"Tag: {tags}" in installed_wheel.read_text()  # the installed WHEEL is the kept wheel's
     venv_python = os.path.join(portable["release"], "venv", "bin", "python")
     assert (
         subprocess.run([venv_python, "-c", code], capture_output=True, text=True, check=True).stdout.split()[1] == "5"
+    )
+    # A linked install that is refused installs the overlaid wheel over it: same release, slower.
+    refused = _wheel_overlay.OverlayError("the installed vllm/_C.so is not the placeholder of vllm/_C.so")
+
+    def refuse(*args, **kwargs):
+        raise refused
+
+    monkeypatch.setattr(_build, "link_installed", refuse)
+    for kept in (pull["release"], os.path.dirname(pull["wheel"])):
+        shutil.rmtree(kept)  # built again from scratch
+    forced = build(engine_options("refs/pull/1/head"))
+    assert forced["release_name"] == pull["release_name"]
+    forced_manifest = json.loads(Path(forced["release"], "manifest.json").read_text())
+    assert forced_manifest["install"] == {"how": "wheel", "linked_install_refused": str(refused)}
+    forced_python = os.path.join(forced["release"], "venv", "bin", "python")
+    out = subprocess.run([forced_python, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == [engine_repo.scm_version(repo, pull["commit"]), "5"]
+    assert (
+        f"linked install refused ({refused}); installing {forced['wheel']} over it"
+        in Path(forced["log_path"]).read_text()
     )
     # The same commit built in full is another release; a C change is never built precompiled.
     assert build(engine_options("refs/pull/1/head", precompiled="never"), check_mode=True)["release_name"] not in (
@@ -471,6 +497,27 @@ def _tagged_copy(wheel: Path, directory: Path, tags: str) -> Path:
         for name, data in members.items():
             out.writestr(name, data)
     return dest
+
+
+def _assert_linked_install(result, manifest, log) -> None:
+    """The release holds the wheel built from the stub, its placeholders hard links to the base wheel's
+    members (shared by every release of that base wheel); RECORD and direct_url.json as the kept wheel's."""
+    install = manifest["install"]
+    assert (install["how"], install["linked"], install["copied"]) == ("linked", 3, 0)
+    assert f"linked install: 3 members hard-linked (0 copied, {install['linked_bytes']} bytes)" in log
+    dist_info = next(Path(result["release"], "venv").glob("lib/python*/site-packages/*.dist-info/direct_url.json"))
+    site = dist_info.parent.parent
+    linked = [p for p in (site / "vllm").rglob("*.so") if p.samefile(Path(install["members"], p.relative_to(site)))]
+    assert len(linked) == 3
+    for path, digest, size in (line.split(",") for line in (dist_info.parent / "RECORD").read_text().splitlines()):
+        if digest:  # the installed files are what RECORD says, the linked ones included
+            data = (site / path).read_bytes()
+            assert (digest, int(size)) == (_wheel_overlay.record_hash(hashlib.sha256(data).digest()), len(data))
+    direct = json.loads(dist_info.read_text())
+    assert direct["url"] == f"file://{result['wheel']}"
+    assert direct["archive_info"].get("hashes", {"sha256": result["wheel_sha256"]}) == {
+        "sha256": result["wheel_sha256"]
+    }
 
 
 def test_inputs_hash_and_name():

@@ -96,7 +96,7 @@ def test_a_failed_rebuild_of_the_serving_release_leaves_it_as_it_was(tiny, pip_a
     Path(first["release"], "manifest.json").unlink()
     before = sorted(str(p.relative_to(root)) for p in (root / "releases").rglob("*"))
 
-    def broken_install(self, wheel):
+    def broken_install(self, wheel, wheel_sha):
         raise BuildError("installing the wheel failed with exit code 1")
 
     monkeypatch.setattr(_build._Builder, "install", broken_install)

@@ -22,6 +22,7 @@ def test_pip_commands():
         *["--no-index", "/b/src"],
     ]
     assert pip.argv("install", ["x.whl"], **VALUES) == ["/r/venv/bin/python", "-m", "pip", "install", "x.whl"]
+    assert pip.argv("reinstall", ["x.whl"], **VALUES)[3:] == ["install", "--force-reinstall", "--no-deps", "x.whl"]
 
 
 def test_uv_commands_run_the_uv_that_was_found():
@@ -36,12 +37,13 @@ def test_uv_commands_run_the_uv_that_was_found():
     assert uv.argv("install", ["-r", "req.txt"], **VALUES)[:5] == [
         *["/opt/vllm/tools/bin/uv", "pip", "install", "--python", "/r/venv/bin/python"]
     ]
+    assert uv.argv("reinstall", ["x.whl"], **VALUES)[5:] == ["--reinstall", "--no-deps", "x.whl"]
 
 
 def test_every_installer_has_every_step_and_nothing_else():
     assert {name: set(steps) for name, steps in COMMANDS.items()} == {
-        "pip": {"venv", "wheel", "install"},
-        "uv": {"venv", "wheel", "install"},
+        "pip": {"venv", "wheel", "install", "reinstall"},
+        "uv": {"venv", "wheel", "install", "reinstall"},
     }
     with pytest.raises(ValueError, match="installer 'conda' is not one of pip, uv"):
         Installer("conda")

@@ -16,9 +16,11 @@ import pytest
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._wheel_overlay import (
     PLACEHOLDER_MAGIC,
     OverlayError,
+    link_installed,
     make_stub,
     overlay,
     stub_for,
+    unpack_members,
 )
 
 MIN = 4096  # tests' threshold: members this large get a placeholder
@@ -131,6 +133,7 @@ def test_overlay_equals_the_build_from_the_base_wheel(tmp_path: Path, streamed: 
     from_stub = _setup_py_build(stub, tmp_path / "from-stub.whl", SOURCES)
     result = overlay(str(from_stub), str(base), str(tmp_path / "final.whl"))
 
+    assert set(result.pop("placeholders")) == {"vllm/_C.abi3.so", "vllm/vllm-rs"}
     assert result == {"swapped": 2, "swapped_bytes": len(LIB) + len(RUST), "members": len(_contents(expected))}
     final = _contents(tmp_path / "final.whl")
     assert final == _contents(expected)
@@ -211,3 +214,99 @@ def test_with_the_smallest_threshold_only_the_wheels_metadata_stays(tmp_path: Pa
     result = overlay(str(_setup_py_build(stub, tmp_path / "built.whl", SOURCES)), str(base), str(tmp_path / "f.whl"))
     assert result["swapped"] == 3  # the .so, vllm-rs and the flash-attn file setup.py extracted
     assert _contents(tmp_path / "f.whl") == _contents(_setup_py_build(base, tmp_path / "expected.whl", SOURCES))
+
+
+def _install(wheel: Path, site: Path, cache: Path) -> Path:
+    """What uv does with a wheel: unpack it into its cache, hard-link the files into site-packages, and write
+    direct_url.json and RECORD (with direct_url.json's line) as new files. Returns the dist-info."""
+    with zipfile.ZipFile(wheel) as archive:
+        for info in archive.infolist():
+            cached = cache / info.filename
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            cached.write_bytes(archive.read(info))
+            (site / info.filename).parent.mkdir(parents=True, exist_ok=True)
+            os.link(cached, site / info.filename)
+    dist_info = next(p for p in site.iterdir() if p.name.endswith(".dist-info"))
+    url = json.dumps({"url": f"file://{wheel}", "archive_info": {}}, separators=(",", ":")).encode()
+    (dist_info / "direct_url.json").write_bytes(url)
+    record = (dist_info / "RECORD").read_bytes().decode()
+    (dist_info / "RECORD").unlink()  # RECORD is linked from the cache: the installer writes a new one
+    line = f"{dist_info.name}/direct_url.json,{_hash(url)},{len(url)}\n"
+    (dist_info / "RECORD").write_text(record + line)
+    return dist_info
+
+
+def _tree(site: Path) -> Dict[str, bytes]:
+    return {str(p.relative_to(site)): p.read_bytes() for p in sorted(site.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def overlaid(tmp_path: Path):
+    """A base wheel, its stub, the wheel built from the stub and the overlaid wheel (what the build keeps)."""
+    base = _wheel(tmp_path / "base.whl", BASE_FILES, "vllm-0.26.0")
+    (tmp_path / "stub").mkdir()
+    stub = tmp_path / "stub" / "base.whl"
+    make_stub(str(base), str(stub), MIN)
+    from_stub = _setup_py_build(stub, tmp_path / "from-stub.whl", SOURCES)
+    final = tmp_path / "final.whl"
+    placeholders = overlay(str(from_stub), str(base), str(final))["placeholders"]
+    sha = hashlib.sha256(final.read_bytes()).hexdigest()
+    return {"base": base, "stub": stub, "from_stub": from_stub, "final": final, "sha": sha, "ph": placeholders}
+
+
+def test_a_linked_install_equals_installing_the_overlaid_wheel(tmp_path: Path, overlaid) -> None:
+    expected = tmp_path / "expected"
+    _install(overlaid["final"], expected, tmp_path / "cache-final")
+    members = unpack_members(str(overlaid["stub"]), str(overlaid["base"]))
+    sites = []
+    for release in ("one", "two"):
+        site = tmp_path / release
+        dist_info = _install(overlaid["from_stub"], site, tmp_path / f"cache-{release}")
+        counts = link_installed(str(dist_info), overlaid["ph"], members, (str(overlaid["final"]), overlaid["sha"]))
+        assert counts == {"linked": 2, "linked_bytes": len(LIB) + len(RUST), "copied": 0}
+        assert _tree(site) == _tree(expected)  # same files, same bytes, RECORD and direct_url.json included
+        sites.append(site)
+    for name in ("vllm/_C.abi3.so", "vllm/vllm-rs"):
+        # one copy on disk for every release, read-only (a write into one would change all)
+        assert (sites[0] / name).samefile(sites[1] / name)
+        assert (sites[0] / name).samefile(Path(members, name))
+        assert os.stat(sites[0] / name).st_mode & 0o222 == 0
+        # the installer's cache still holds the placeholder: nothing was written through its hard link
+        assert (tmp_path / "cache-one" / name).read_bytes().startswith(PLACEHOLDER_MAGIC)
+    assert not list(tmp_path.rglob("*.part"))
+
+
+def test_unpack_members_once_per_stub(overlaid) -> None:
+    members = unpack_members(str(overlaid["stub"]), str(overlaid["base"]))
+    so = Path(members, "vllm/_C.abi3.so")
+    assert so.read_bytes() == LIB and not Path(members, "vllm/__init__.py").exists()  # only the placeholders'
+    made = os.stat(so).st_mtime_ns
+    assert unpack_members(str(overlaid["stub"]), str(overlaid["base"])) == members
+    assert os.stat(so).st_mtime_ns == made
+
+
+def test_unpack_members_refuses_a_base_wheel_that_is_not_the_stubs(tmp_path: Path, overlaid) -> None:
+    other = _wheel(tmp_path / "other.whl", dict(BASE_FILES, **{"vllm/_C.abi3.so": LIB[::-1]}), "vllm-0.26.0")
+    with pytest.raises(OverlayError, match=r"does not match its stub .*Fix: remove"):
+        unpack_members(str(overlaid["stub"]), str(other))
+    assert not Path(overlaid["stub"].parent, "members", ".members.json").exists()  # not marked complete
+
+
+def test_a_linked_install_refuses_a_changed_member_or_a_file_that_is_no_placeholder(tmp_path: Path, overlaid) -> None:
+    members = unpack_members(str(overlaid["stub"]), str(overlaid["base"]))
+    wheel = (str(overlaid["final"]), overlaid["sha"])
+    dist_info = _install(overlaid["from_stub"], tmp_path / "site", tmp_path / "cache")
+    so = Path(members, "vllm/_C.abi3.so")
+    os.chmod(so, 0o644)
+    so.write_bytes(LIB[::-1])
+    with pytest.raises(OverlayError, match=r"no longer matches .*Fix: remove"):
+        link_installed(str(dist_info), overlaid["ph"], members, wheel)
+    fresh = tmp_path / "fresh"
+    (fresh / "base.whl").parent.mkdir()
+    os.link(overlaid["stub"], fresh / "base.whl")
+    members = unpack_members(str(fresh / "base.whl"), str(overlaid["base"]))
+    installed = tmp_path / "site" / "vllm" / "vllm-rs"
+    installed.unlink()
+    installed.write_bytes(b"not a placeholder")
+    with pytest.raises(OverlayError, match=r"vllm-rs is not the placeholder of vllm/vllm-rs"):
+        link_installed(str(dist_info), overlaid["ph"], members, wheel)

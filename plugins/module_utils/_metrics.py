@@ -4,8 +4,8 @@
 
 Parsing uses `prometheus_client.parser` when the host's python (the one the module runs on, not vLLM's
 venv) can import it, and otherwise a standard-library parser of the Prometheus text exposition format
-0.0.4 that builds the same families (tests hold both to identical results on real vLLM pages). Standard library only otherwise: this runs
-on the target's system Python (3.8+).
+0.0.4 that builds the same families (tests hold both to identical results on real vLLM pages).
+Standard library only otherwise: this runs on the target's system Python (3.8+).
 
 The formulas are vLLM's own (vllm/v1/spec_decode/metrics.py), taken over a window of counter deltas:
     mean acceptance length  = 1 + accepted_tokens / drafts        (the 1 is the bonus token)

@@ -61,7 +61,8 @@ def rescue_decision(current, last_good, fallback="", changed=False, config_diffe
     }
     if explicit:
         variables["dflash_rollback_to"] = explicit
-    for task in yaml.safe_load(ROLLBACK.read_text()):
+    (wrapper,) = yaml.safe_load(ROLLBACK.read_text())  # one block: the tags and module_defaults of the file
+    for task in wrapper["block"]:
         if "ansible.builtin.set_fact" in task:
             templar = Templar(loader=DataLoader(), variables={**variables, **facts})
             for name, expression in task["ansible.builtin.set_fact"].items():

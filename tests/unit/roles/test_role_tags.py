@@ -1,11 +1,13 @@
-"""Tags on every role task (issue 18 item 4)."""
+"""Tags on every role task (issue 18 item 4), and the module_defaults group the roles take root from."""
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import pytest
 import yaml
+from ansible_collections.vllm_ops.dflash.plugins.doc_fragments.build import ModuleDocFragment
 
 ROOT = Path(__file__).resolve().parents[3]
 # The tag of each role; tasks_from: rollback is the rollback's own (and always: the rescue must run it).
@@ -31,3 +33,22 @@ def test_the_check_finds_an_untagged_task(tmp_path):
     tasks = tmp_path / "main.yml"
     tasks.write_text("- name: Tagged\n  tags: [install]\n  block: []\n- name: Bare\n  ansible.builtin.debug: {}\n")
     assert untagged(tasks, "install") == ["Bare"]
+
+
+def module_options(name: str) -> dict:
+    source = (ROOT / "plugins" / "modules" / f"{name}.py").read_text()
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "DOCUMENTATION":
+            doc = yaml.safe_load(ast.literal_eval(node.value))
+            options = dict(doc.get("options") or {})
+            if "vllm_ops.dflash.build" in doc.get("extends_documentation_fragment", []):
+                options.update(yaml.safe_load(ModuleDocFragment.DOCUMENTATION)["options"])
+            return options
+    raise AssertionError(f"{name} has no DOCUMENTATION")
+
+
+def test_the_root_group_is_every_module_with_a_root_option():
+    # A module with root outside the group would run on /opt/vllm under the roles' module_defaults.
+    group = yaml.safe_load((ROOT / "meta" / "runtime.yml").read_text())["action_groups"]["vllm_root"]
+    modules = sorted(p.stem for p in (ROOT / "plugins" / "modules").glob("*.py"))
+    assert sorted(group) == [m for m in modules if "root" in module_options(m)]

@@ -184,7 +184,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._build import (
     url_secrets,
 )
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import redact_url
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._drift import DriftError, FileExpectation, look
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._drift import DriftError, FileExpectation, detect_drift
 
 
 def main() -> None:
@@ -218,7 +218,7 @@ def main() -> None:
     module.no_log_values.update(url_secrets(params))
     try:
         files = [FileExpectation.from_dict(item) for item in params["files"]]
-        result = look(
+        result = detect_drift(
             build_options(params),
             files,
             health_url=params["health_url"] or None,

@@ -122,7 +122,7 @@ KILL_GRACE = 10.0
 # A release built beside the one `current` names (releases/.building-<name>), swapped in when complete.
 STAGING_PREFIX = ".building-"
 _NO_SPACE = ("No space left on device", "[Errno 28]", "ENOSPC", "Disk quota exceeded")
-# dflash_drift imports the old name.
+# vllm_drift imports the old name.
 url_secrets = option_secrets
 
 

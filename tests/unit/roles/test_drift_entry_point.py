@@ -1,6 +1,6 @@
 """vllm_install's drift look names the release with the same build options as the role's own lookup.
 
-A build option passed to the lookup but not to dflash_drift would make the look name another release, so
+A build option passed to the lookup but not to vllm_drift would make the look name another release, so
 every re-run would take the full path; this keeps the two task files in step.
 """
 
@@ -39,7 +39,7 @@ def test_the_look_passes_every_build_option_of_the_lookup():
     lookup = _args(
         TASKS / "main.yml", "Look the release up (nothing is built or written)", "vllm_ops.dflash.vllm_build"
     )
-    drift = _args(TASKS / "drift.yml", "Would a deploy change this host", "vllm_ops.dflash.dflash_drift")
+    drift = _args(TASKS / "drift.yml", "Would a deploy change this host", "vllm_ops.dflash.vllm_drift")
     # the options that name a release (vllm_build's other options, keep_releases and run_id, do not)
     shared = {key: value for key, value in lookup.items() if key in BUILD_ARGUMENT_SPEC and key not in INSTALL_ONLY}
     assert len(shared) == len(BUILD_ARGUMENT_SPEC) - len(INSTALL_ONLY)

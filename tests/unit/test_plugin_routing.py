@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -27,6 +28,7 @@ def test_ansible_doc_finds_dflash_drift_under_its_new_name():
         capture_output=True,
         text=True,
         check=True,
+        env=dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".cache" / "ac")),
     )
     assert "vllm_ops.dflash.vllm_drift" in doc.stdout
     assert "deprecated" in doc.stderr

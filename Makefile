@@ -65,7 +65,7 @@ lint: venv $(COLL)
 	$(BIN)/python tests/tools/check_argument_specs.py
 	$(BIN)/antsibull-changelog lint
 	promtool check rules roles/dflash_monitoring/files/dflash-alerts.rules.yml
-	cd tests/unit/fixtures/prometheus && promtool test rules dflash-alerts.test.yml
+	cd tests/unit/data/prometheus && promtool test rules dflash-alerts.test.yml
 
 ## build: the collection tarball, as Galaxy would get it
 build: venv
@@ -142,7 +142,7 @@ demo-destroy: venv
 bench: venv testhost wheelhouse $(COLL)
 	$(BIN)/python bench/run.py
 
-## compat: docs/compat.md and tests/unit/fixtures/capabilities/ from the PyPI releases of vLLM (not in CI:
+## compat: docs/compat.md and tests/unit/data/capabilities/ from the PyPI releases of vLLM (not in CI:
 ## downloads and installs ~10 GB per release the first time; COMPAT_CACHE keeps them, VERSIONS picks some)
 COMPAT_CACHE ?= .cache/compat
 compat: venv $(COLL)

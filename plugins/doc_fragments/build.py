@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 class ModuleDocFragment:
-    # The options that name a release: vllm_build builds it, dflash_drift looks it up. One text, one
+    # The options that name a release: vllm_build builds it, vllm_drift looks it up. One text, one
     # argument spec (module_utils/_build_options.py BUILD_ARGUMENT_SPEC), so both always agree on the name.
     # ansible-test needs DOCUMENTATION as a literal; validate-modules and
     # tests/unit/plugins/module_utils/test_build_options.py keep each `default:` equal to the spec's.
@@ -171,7 +171,7 @@ options:
     description:
       - With O(wheel) and O(precompiled=auto) - whether the host that built the wheel took the precompiled path
         (its RV(vllm_ops.dflash.vllm_build#module:precompiled)). The release is named and recorded as that
-        host's C(auto) decision, so a later C(auto) lookup here (a re-run, M(vllm_ops.dflash.dflash_drift))
+        host's C(auto) decision, so a later C(auto) lookup here (a re-run, M(vllm_ops.dflash.vllm_drift))
         accepts it. Ignored without O(wheel) or with V(always) / V(never).
     type: bool
 """

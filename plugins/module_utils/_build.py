@@ -96,7 +96,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._precompiled impor
     predict_decision,
     wheel_decision,
 )
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._releases import apply_action, remove_hidden_first
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._releases import remove_hidden_first, run_action_unlocked
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._wheel_overlay import (
     OverlayError,
     link_installed,
@@ -132,7 +132,7 @@ KILL_GRACE = 10.0
 # A release built beside the one `current` names (releases/.building-<name>), swapped in when complete.
 STAGING_PREFIX = ".building-"
 _NO_SPACE = ("No space left on device", "[Errno 28]", "ENOSPC", "Disk quota exceeded")
-# dflash_drift imports the old name.
+# vllm_drift imports the old name.
 url_secrets = option_secrets
 
 
@@ -180,7 +180,7 @@ def prune_after_build(root: str, keep: int, made: str) -> List[str]:
     """
     if keep < 1:
         return []
-    return list(apply_action(root, "prune", keep_releases=keep, protect=[made])["pruned"])
+    return list(run_action_unlocked(root, "prune", keep_releases=keep, protect=[made])["pruned"])
 
 
 def _single_wheel(directory: str) -> Optional[str]:
@@ -510,7 +510,7 @@ def _fetch_base(repo: str, mirror: str, base: str, deadline: Deadline, log: str)
     return resolution.commit
 
 
-def _decide(
+def _fetch_base_and_decide(
     opts: BuildOptions, repo: str, mirror: str, commit: str, inputs: Mapping[str, Any], deadline: Deadline, log: str
 ) -> Decision:
     """The build's decision: fetch precompiled_base into the mirror, then decide (_precompiled)."""
@@ -846,7 +846,7 @@ def build(opts: BuildOptions, check_mode: bool = False) -> Dict[str, Any]:
     )
     try:
         status.stage("resolve", f"resolving {opts.ref}")
-        result = _build(opts, check_mode, started, status)
+        result = _resolve_and_build(opts, check_mode, started, status)
     except BaseException as exc:
         cause = exc
         if isinstance(exc, (BuildError, GitError, PrecompiledError)):
@@ -862,7 +862,7 @@ def build(opts: BuildOptions, check_mode: bool = False) -> Dict[str, Any]:
     return result
 
 
-def _build(opts: BuildOptions, check_mode: bool, started: float, status: StatusFile) -> Dict[str, Any]:
+def _resolve_and_build(opts: BuildOptions, check_mode: bool, started: float, status: StatusFile) -> Dict[str, Any]:
     deadline = Deadline(opts.build_timeout)
     repo = normalize_repo(opts.repo)
     python = find_python(opts.python)
@@ -991,7 +991,7 @@ def _plan(
         try:
             _fetch_commit(repo, mirror, resolution, deadline, log)
             if decision is None:
-                decision = _decide(opts, repo, mirror, commit, inputs, deadline, log)
+                decision = _fetch_base_and_decide(opts, repo, mirror, commit, inputs, deadline, log)
         except (BuildError, GitError, PrecompiledError) as exc:
             _note(log, f"FAILED: {exc}")
             raise BuildError(_failure_message(str(exc), log)) from exc

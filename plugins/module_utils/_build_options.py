@@ -46,7 +46,7 @@ MASK = "********"
 _SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASS|CREDENTIAL|AUTH|COOKIE|SESSION", re.IGNORECASE)
 _HEX = re.compile(r"[0-9a-f]{4,40}")
 
-# The options that name a release (doc fragment vllm_ops.dflash.build): vllm_build's and dflash_drift's.
+# The options that name a release (doc fragment vllm_ops.dflash.build): vllm_build's and vllm_drift's.
 BUILD_ARGUMENT_SPEC: Dict[str, Dict[str, Any]] = {
     "repo": {"type": "str", "required": True},
     "ref": {"type": "str", "required": True},

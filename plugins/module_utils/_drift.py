@@ -24,7 +24,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._build import Buil
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import read_json, sha256_file
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._releases import ReleaseError, run_action
 
-__all__ = ["DriftError", "FileExpectation", "look"]
+__all__ = ["DriftError", "FileExpectation", "detect_drift"]
 
 HEALTH_TIMEOUT = 5.0
 
@@ -196,7 +196,7 @@ def recorded_differences(record_path: str) -> List[str]:
     return reasons
 
 
-def look(
+def detect_drift(
     options: BuildOptions,
     files: Sequence[FileExpectation] = (),
     health_url: Optional[str] = None,

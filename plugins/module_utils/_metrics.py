@@ -2,10 +2,10 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """vLLM's /metrics page -> speculative-decoding counters -> acceptance figures.
 
-Parsing uses `prometheus_client.parser` when it is importable (it is in vLLM's venv) and otherwise a
-standard-library parser of the Prometheus text exposition format 0.0.4 that builds the same families
-(tests hold both to identical results on real vLLM pages). Standard library only otherwise: this runs
-on the target's system Python (3.8+).
+Parsing uses `prometheus_client.parser` when the host's python (the one the module runs on, not vLLM's
+venv) can import it, and otherwise a standard-library parser of the Prometheus text exposition format
+0.0.4 that builds the same families (tests hold both to identical results on real vLLM pages).
+Standard library only otherwise: this runs on the target's system Python (3.8+).
 
 The formulas are vLLM's own (vllm/v1/spec_decode/metrics.py), taken over a window of counter deltas:
     mean acceptance length  = 1 + accepted_tokens / drafts        (the 1 is the bonus token)
@@ -72,7 +72,7 @@ class MetricFamily:
 
 # --------------------------------------------------------------------------------------------- parsing
 
-try:  # the maintained parser, when the target has it (vLLM's venv does)
+try:  # the maintained parser, when the host's python has it (rarely: vLLM's venv is not this python)
     from prometheus_client import parser as _prometheus_parser
 except ImportError:  # pragma: no cover - depends on the host
     _prometheus_parser = None  # type: ignore[assignment]

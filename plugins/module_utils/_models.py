@@ -9,7 +9,7 @@ Two sources lay out the same HF cache directory, `<cache_dir>/models--<org>--<na
   file stored in git;
 - `path`: a directory on the host (an air-gapped host; the role copies a controller directory there first),
   each file checked against `checksums` (sha256) when given, copied into the cache's blobs and linked.
-The verdict is recorded (`{"files": {path: sha256}, "models": {...}}`), the format dflash_drift's
+The verdict is recorded (`{"files": {path: sha256}, "models": {...}}`), the format vllm_drift's
 `recorded_inputs` reads, so the look sees a changed file. Standard library only (the target's system python).
 """
 

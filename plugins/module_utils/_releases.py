@@ -33,10 +33,10 @@ __all__ = [
     "STATUSES",
     "WHEELS_DIR",
     "ReleaseError",
-    "apply_action",
     "load_state",
     "remove_hidden_first",
     "run_action",
+    "run_action_unlocked",
 ]
 
 STATE_SCHEMA = 1
@@ -539,7 +539,7 @@ def _render(state: Dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def apply_action(
+def run_action_unlocked(
     root: str,
     action: str,
     release: Optional[str] = None,
@@ -596,7 +596,7 @@ def run_action(
     lock_timeout: float = 600.0,
     protect: Sequence[str] = (),
 ) -> Dict[str, Any]:
-    """`apply_action` under the host lock (`<root>/.lock`)."""
+    """`run_action_unlocked` under the host lock (`<root>/.lock`)."""
     read_only = check_mode or action == "status" or not os.path.isdir(root)
     with _lock_for(root, read_only, lock_timeout):
-        return apply_action(root, action, release, keep_releases, reason, details, check_mode, protect)
+        return run_action_unlocked(root, action, release, keep_releases, reason, details, check_mode, protect)

@@ -7,7 +7,7 @@ The preflight judges a config against what the installed vLLM itself answers (th
 for an install whose config cannot be imported (or a key it could not read): the entry of the newest
 release listed here that is not newer than the installed one, and the preflight says which it used.
 Each entry holds the capability keys the preflight judges, with the values the capability script returned
-on that release's PyPI wheel (tests/unit/fixtures/capabilities/<release>.json, captured by `make compat`;
+on that release's PyPI wheel (tests/unit/data/capabilities/<release>.json, captured by `make compat`;
 tests/tools/vllm_data_entry.py prints an entry, a unit test keeps them equal). ``registered_architectures``
 holds only the architectures a DFlash drafter can load as (``draft_architectures``).
 

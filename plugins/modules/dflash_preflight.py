@@ -195,7 +195,7 @@ drafter_config_path:
 drafter_config_sha256:
   description:
     - sha256 of that C(config.json); null when none was read. The C(dflash_config) role records it, so that the
-      deploy's look (M(vllm_ops.dflash.dflash_drift) O(vllm_ops.dflash.dflash_drift#module:recorded_inputs)) sees
+      deploy's look (M(vllm_ops.dflash.vllm_drift) O(vllm_ops.dflash.vllm_drift#module:recorded_inputs)) sees
       a drafter changed in place.
   returned: always
   type: str

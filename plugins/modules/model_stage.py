@@ -22,7 +22,7 @@ description:
   - Source V(path) copies a directory on the host (air-gapped hosts) into the same layout, named by
     O(models[].revision), each file checked against O(models[].checksums) when given.
   - The verdict is written to O(record) - a C(files) map of every snapshot file to its sha256, and per model its
-    repo, revision, commit and snapshot - the form M(vllm_ops.dflash.dflash_drift)'s C(recorded_inputs) reads, so
+    repo, revision, commit and snapshot - the form M(vllm_ops.dflash.vllm_drift)'s C(recorded_inputs) reads, so
     the deploy's look sees a file changed in place.
 version_added: 0.2.0
 author: vllm_ops maintainers (@vllm-ops)
@@ -107,7 +107,7 @@ notes:
     when it matches.
 seealso:
   - module: vllm_ops.dflash.dflash_preflight
-  - module: vllm_ops.dflash.dflash_drift
+  - module: vllm_ops.dflash.vllm_drift
 """
 
 EXAMPLES = r"""

@@ -8,48 +8,14 @@ DOCUMENTATION = r"""
 module: vllm_build
 short_description: Build a pinned git ref of vLLM into a release, under a deadline
 description:
-  - Resolves O(ref) of O(repo) to a full commit SHA, then builds a wheel of that commit and installs it into a
-    new virtual environment O(root)C(/releases/<sha12>-<inputs8>/venv), where C(<inputs8>) is a hash of the
-    build inputs (interpreter path and version, installer, O(build_env), O(build_isolation),
-    O(system_site_packages), O(pip_args), the torch version the build compiles against when it is knowable,
-    C(TORCH_CUDA_ARCH_LIST) and the precompiled decision). The same commit built with the same inputs always maps
-    to the same release, so a re-run is a path lookup and does nothing, and a fleet builds each release once.
-  - The torch version is an input only with O(build_isolation=false) and O(system_site_packages) - the torch of
-    the interpreter O(python), which the release venv then sees. Otherwise the commit's own build requirements pin
-    torch (installed into the release venv first when O(build_isolation=false)), and the commit is already in the
-    name; C(manifest.json) records the venv's torch as C(build_torch). C(TORCH_CUDA_ARCH_LIST) comes from
-    O(build_env), else from the module's environment; unset, vLLM compiles for the GPUs of the building host, so
-    set it for a mixed fleet.
-  - The ref is resolved with C(git ls-remote) first (no fetch). The source is fetched into a bare mirror
-    O(root)C(/src/<repo>.git) with full history and all tags (never shallow, the version
-    C(0.1.devN+g<hash>) depends on it) only when a build is needed or O(ref) is a short SHA. A branch bump is a
-    C(git fetch) into that mirror, never a new clone.
-  - O(precompiled=auto) builds Python-only changes with vLLM's C(VLLM_USE_PRECOMPILED=1) - see O(precompiled).
-  - Caches under O(root)C(/cache/) - the installer's (C(PIP_CACHE_DIR) or C(UV_CACHE_DIR)), and C(CCACHE_DIR) /
-    C(SCCACHE_DIR) when ccache or sccache is on PATH (vLLM's setup.py uses them by itself). C(MAX_JOBS), unless
-    set in O(build_env) or the environment, is min(CPUs, available memory / 4 GiB), at least 1, because vLLM builds
-    with one job per CPU run out of memory. None of these is a build input; the manifest records them. With uv,
-    releases install by hardlink from O(root)C(/cache/uv) (C(UV_LINK_MODE=hardlink)), so they share packages.
-  - C(TMPDIR) of every step is O(root)C(/build/<name>/tmp), removed with the checkout, and each build first
-    removes what builds that were killed left under O(root)C(/build/).
-  - While it runs, the module keeps O(root)C(/build-status.json) up to date - stage (C(resolve), C(fetch),
-    C(build), C(install), then C(done) or C(failed)), O(run_id), elapsed seconds, the last line of the build log
-    - so a person, or the C(vllm_install) role's poll loop, can follow a long build.
-  - A release is complete only when its C(manifest.json) exists; the module writes it last. On any failure
-    (timeout, compile error, install error) the half release and the build checkout are removed, the build
-    log under O(root)C(/logs/) is kept, and the error names the log and shows its last lines.
-  - It never deletes or rebuilds in place the release O(root)C(/current) names. One whose C(manifest.json) is
-    missing or corrupt is built beside it (O(root)C(/releases/.building-<name>)) and swapped in when complete.
-  - O(build_timeout) is one deadline for fetch, checkout, venv creation, wheel build and install. On expiry the
-    whole process group of the running step (pip, cmake, ninja, nvcc ...) gets SIGTERM, then SIGKILL after a
-    grace period. If the module itself is killed (for example by an C(async) timeout) a watchdog process
-    takes the build's process group down too.
-  - One build or release swap at a time per host, through the lock O(root)C(/.lock).
-  - It never changes O(root)C(/current); activate a release with M(vllm_ops.dflash.vllm_release).
-  - After a successful build it prunes with the rule of
-    O(vllm_ops.dflash.vllm_release#module:action=prune) - releases beyond the O(keep_releases) newest are
-    deleted, never the current or previous one, the release a rollback would go to, or the release just
-    made; failed releases take no place of O(keep_releases).
+  - Resolves O(ref) of O(repo) to a full commit and builds and installs that commit into a new release
+    O(root)C(/releases/<sha12>-<inputs8>/venv), named by the commit and a hash of the build inputs, so a re-run is a
+    path lookup that does nothing, and a fleet builds each release once.
+  - O(precompiled=auto) builds Python-only changes with vLLM's C(VLLM_USE_PRECOMPILED=1) (see O(precompiled)).
+  - O(build_timeout) is one deadline for the whole run; on expiry or any failure the half release is removed and
+    the build log under O(root)C(/logs/) is kept and named in the error.
+  - It never changes O(root)C(/current) (activate with M(vllm_ops.dflash.vllm_release)) and never rebuilds in
+    place the release C(current) names.
 version_added: 0.1.0
 author: vllm_ops maintainers (@vllm-ops)
 extends_documentation_fragment:
@@ -81,6 +47,25 @@ options:
         status from an earlier one's (the C(vllm_install) role passes a fresh one).
     type: str
 notes:
+  - The inputs hash covers the interpreter path and version, the installer, O(build_env), O(build_isolation),
+    O(system_site_packages), O(pip_args), C(TORCH_CUDA_ARCH_LIST) and the precompiled decision. The torch
+    version is an input only with O(build_isolation=false) and O(system_site_packages) (the torch of O(python),
+    which the release venv then sees); C(manifest.json) records the venv's torch as C(build_torch).
+    C(TORCH_CUDA_ARCH_LIST) comes from O(build_env), else from the module's environment; unset, vLLM compiles for
+    the GPUs of the building host, so set it for a mixed fleet.
+  - The ref is resolved with C(git ls-remote) first (no fetch). The source is fetched into a full, never shallow,
+    bare mirror O(root)C(/src/<repo>.git) only when a build is needed or O(ref) is a short SHA.
+  - Caches live under O(root)C(/cache/) (pip or uv, ccache, sccache) and are no build input. C(MAX_JOBS), unless
+    set, is min(CPUs, available memory / 4 GiB), at least 1. With uv, releases install by hardlink from
+    O(root)C(/cache/uv). C(TMPDIR) of every step is O(root)C(/build/<name>/tmp), removed with the checkout.
+  - While it runs the module keeps O(root)C(/build-status.json) up to date (stage, O(run_id), elapsed seconds,
+    last log line); a release is complete only when its C(manifest.json), written last, exists.
+  - On expiry of O(build_timeout) the running step's process group gets SIGTERM, then SIGKILL; a watchdog takes
+    it down too if the module itself is killed. One build or release swap at a time per host (O(root)C(/.lock)).
+  - A release C(current) names whose C(manifest.json) is missing or corrupt is built beside it
+    (O(root)C(/releases/.building-<name>)) and swapped in when complete.
+  - After a successful build it prunes with the rule of O(vllm_ops.dflash.vllm_release#module:action=prune)
+    (O(keep_releases)); failed releases take no place. See C(docs/ARCHITECTURE.md) for the layout on the host.
   - A wheel already present in O(root)C(/wheels/<name>/) (left by an earlier run whose install failed, or put
     there by hand) is installed instead of building again; delete that directory to force a rebuild.
   - Run long builds with C(async) so that a dropped SSH connection does not end them; the C(vllm_install) role
@@ -149,7 +134,8 @@ EXAMPLES = r"""
     repo: https://github.com/vllm-project/vllm.git
     ref: "{{ hostvars[groups['gpu'][0]].vllm_build.commit }}"
     wheel: "/tmp/{{ hostvars[groups['gpu'][0]].vllm_build.wheel | basename }}"
-    precompiled: "{{ 'always' if hostvars[groups['gpu'][0]].vllm_build.precompiled else 'never' }}"
+    # The building host's decision names the release: every host of the fleet then agrees on its name.
+    wheel_precompiled: "{{ hostvars[groups['gpu'][0]].vllm_build.precompiled }}"
 """
 
 RETURN = r"""

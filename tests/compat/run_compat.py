@@ -6,7 +6,7 @@ For each release: download the PyPI wheel, unpack it (the probes read these sour
 its full dependencies (torch and CUDA libraries, gigabytes) into a venv of its own with uv, run the
 collection's capability script in that venv (CPU only: no GPU needed), and evaluate the probes of
 `roles/vllm_install/defaults/main.yml` with `vllm_facts`' own code. Writes the captured capabilities to
-tests/unit/fixtures/capabilities/<version>.json (what CI tests the preflight against) and the matrix.
+tests/unit/data/capabilities/<version>.json (what CI tests the preflight against) and the matrix.
 
 Not part of CI: it downloads ~10 GB per release the first time (later runs reuse the cache).
 
@@ -44,7 +44,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._facts import _run
 
 VERSIONS = ("0.20.1", "0.22.0", "0.24.0", "0.26.0", "0.28.0", "0.30.0", "0.33.0")
 ROLE_DEFAULTS = ROOT / "roles" / "vllm_install" / "defaults" / "main.yml"
-FIXTURES = ROOT / "tests" / "unit" / "fixtures" / "capabilities"
+FIXTURES = ROOT / "tests" / "unit" / "data" / "capabilities"
 DOC = ROOT / "docs" / "compat.md"
 MIN_FREE_GB = 15  # one release venv takes 8-9 GB; stop installing before the disk fills
 SCRIPT_TIMEOUT = 1800.0
@@ -235,7 +235,7 @@ Produced on {meta["date"]} by `make compat` (`tests/compat/run_compat.py`): for 
 is unpacked (the probes read its files) and installed with its dependencies into a venv of its own (uv,
 Python {meta["python"]}); the collection's capability script (`plugins/module_utils/_capability_script.py`)
 then asks that vLLM what it accepts, on a host without a GPU ({meta["host"]}). The captured answers are
-`tests/unit/fixtures/capabilities/<version>.json`, which CI tests the preflight against. Regenerate after
+`tests/unit/data/capabilities/<version>.json`, which CI tests the preflight against. Regenerate after
 changing a probe or the script: `make compat` (downloads ~10 GB per release the first time; cache in
 `.cache/compat`, or `COMPAT_CACHE=DIR`).
 
@@ -288,7 +288,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--cache", type=Path, default=ROOT / ".cache" / "compat")
     parser.add_argument("--versions", nargs="+", default=list(VERSIONS))
     parser.add_argument("--python", default=None, help="interpreter of the release venvs (python3.12 or 3.11)")
-    parser.add_argument("--no-fixtures", action="store_true", help="do not write tests/unit/fixtures/capabilities")
+    parser.add_argument("--no-fixtures", action="store_true", help="do not write tests/unit/data/capabilities")
     parser.add_argument("--doc", type=Path, default=DOC)
     args = parser.parse_args(argv)
     cache: Path = args.cache.resolve()

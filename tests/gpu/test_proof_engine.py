@@ -20,7 +20,7 @@ import pytest
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 ENGINE = REPO / "tests" / "fixtures" / "engine"
-DRAFTER = REPO / "tests" / "unit" / "fixtures" / "drafters" / "tiny_dflash.json"  # the H200 run's drafter
+DRAFTER = REPO / "tests" / "unit" / "data" / "drafters" / "tiny_dflash.json"  # the H200 run's drafter
 
 pytestmark = [
     pytest.mark.engine,

@@ -1,6 +1,6 @@
 # Copyright (c) vllm_ops.dflash contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The capabilities vLLM releases answered, as captured from their PyPI wheels (tests/unit/fixtures/capabilities)."""
+"""The capabilities vLLM releases answered, as captured from their PyPI wheels (tests/unit/data/capabilities)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any, Dict
 
-CAPABILITIES = Path(__file__).resolve().parents[1] / "unit" / "fixtures" / "capabilities"
+CAPABILITIES = Path(__file__).resolve().parents[1] / "unit" / "data" / "capabilities"
 RELEASES = ("0.20.1", "0.22.0", "0.24.0", "0.26.0", "0.28.0", "0.30.0", "0.33.0")
 
 

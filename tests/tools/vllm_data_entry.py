@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Print the fallback entry of plugins/module_utils/_vllm_data.py for a captured capability JSON.
 
-    tests/tools/vllm_data_entry.py tests/unit/fixtures/capabilities/0.33.0.json
+    tests/tools/vllm_data_entry.py tests/unit/data/capabilities/0.33.0.json
 
 A vLLM upgrade: capture the release (make compat), paste this entry into RELEASES, run `ruff format`;
 tests/unit/plugins/module_utils/test_vllm_data.py keeps every entry equal to its capture.

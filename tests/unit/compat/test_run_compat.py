@@ -12,7 +12,7 @@ from typing import Any, Dict
 import pytest
 
 CHECKOUT = Path(__file__).resolve().parents[3]
-CAPTURES = CHECKOUT / "tests" / "unit" / "fixtures" / "capabilities"
+CAPTURES = CHECKOUT / "tests" / "unit" / "data" / "capabilities"
 
 
 @pytest.fixture(scope="module")

@@ -59,7 +59,8 @@ def test_no_status_yet_prints_nothing(tmp_path):
 
 
 def test_the_poll_loop_stops_on_a_dead_build():
-    block = next(t for t in yaml.safe_load((ROLE / "tasks" / "main.yml").read_text()) if "block" in t)
+    (wrapper,) = yaml.safe_load((ROLE / "tasks" / "main.yml").read_text())  # the file's one block (tags, root)
+    block = next(t for t in wrapper["block"] if "block" in t)
     follow = next(t for t in block["block"] if t["name"].startswith("Follow the build"))
     assert "build_status.py" in follow["ansible.builtin.command"]["argv"][2]
     assert "not vllm_install_status.alive" in follow["loop_control"]["break_when"][0]

@@ -45,17 +45,24 @@ def test_the_first_batch_is_one_host():
 ROLLBACK = Path(__file__).resolve().parents[3] / "roles" / "dflash_gate" / "tasks" / "rollback.yml"
 
 
-def rescue_decision(current, last_good, fallback="", changed=False, config_differs=False, explicit=""):
+GATE_VARS = yaml.safe_load((ROLLBACK.parents[1] / "vars" / "main.yml").read_text())
+
+
+def rescue_decision(current, last_good, fallback="", changed=False, config_differs=False, explicit="", reason="x"):
     facts = {}
     variables = {
+        "dflash_gate_rollback_rescue": trust_as_template(GATE_VARS["dflash_gate_rollback_rescue"]),
+        "dflash_rollback_reason": reason,
         "dflash_gate_state": {"current": current, "last_good": last_good},
         "dflash_rollback_fallback": fallback,
         "dflash_rollback_needed": changed,
-        "dflash_gate_config_diff": {"rc": 1 if config_differs else 0},
+        # skipped (no rc) for an operator's rollback
+        "dflash_gate_config_diff": {"rc": 1 if config_differs else 0} if reason else {"skipped": True},
     }
     if explicit:
         variables["dflash_rollback_to"] = explicit
-    for task in yaml.safe_load(ROLLBACK.read_text()):
+    (wrapper,) = yaml.safe_load(ROLLBACK.read_text())  # one block: the tags and module_defaults of the file
+    for task in wrapper["block"]:
         if "ansible.builtin.set_fact" in task:
             templar = Templar(loader=DataLoader(), variables={**variables, **facts})
             for name, expression in task["ansible.builtin.set_fact"].items():
@@ -79,8 +86,21 @@ def rescue_decision(current, last_good, fallback="", changed=False, config_diffe
         # a first deploy: nothing served before, this run activated B
         ({"current": "B", "last_good": None, "fallback": "", "changed": True}, ("", True)),
         ({"current": "B", "last_good": "A", "explicit": "C"}, ("C", True)),
+        # playbooks/rollback.yml: vllm_release's rollback picks the previous release, even from a good current
+        ({"current": "A", "last_good": "A", "fallback": "A", "reason": ""}, ("", True)),
+        ({"current": "A", "last_good": "A", "explicit": "B", "reason": ""}, ("B", True)),
     ],
-    ids=["died-after-activation", "marked-failed", "refused", "config-of-a-dead-run", "no-gates", "first", "explicit"],
+    ids=[
+        "died-after-activation",
+        "marked-failed",
+        "refused",
+        "config-of-a-dead-run",
+        "no-gates",
+        "first",
+        "explicit",
+        "operator",
+        "operator-named",
+    ],
 )
 def test_the_rescue_goes_back_to_the_last_good_release(kwargs, expected):
     assert rescue_decision(**kwargs) == expected

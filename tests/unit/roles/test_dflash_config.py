@@ -23,8 +23,8 @@ from ansible_collections.vllm_ops.dflash.tests.helpers.engine_venv import engine
 
 ROOT = Path(__file__).resolve().parents[3]
 HERE = Path(__file__).resolve().parent / "dflash_config"
-DRAFTER = ROOT / "tests" / "unit" / "fixtures" / "drafters" / "tiny_dflash.json"  # block_size 8
-PROBES = yaml.safe_load((ROOT / "tests" / "unit" / "fixtures" / "probes.yml").read_text())["vllm_probes"]
+DRAFTER = ROOT / "tests" / "unit" / "data" / "drafters" / "tiny_dflash.json"  # block_size 8
+PROBES = yaml.safe_load((ROOT / "tests" / "unit" / "data" / "probes.yml").read_text())["vllm_probes"]
 
 
 def play(tmp_path: Path, **extra: Any) -> subprocess.CompletedProcess:

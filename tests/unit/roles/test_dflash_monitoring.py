@@ -22,8 +22,8 @@ ROOT = Path(__file__).resolve().parents[3]
 FILES = ROOT / "roles" / "dflash_monitoring" / "files"
 RULES = FILES / "dflash-alerts.rules.yml"
 DASHBOARD = FILES / "dflash-dashboard.json"
-RULE_TESTS = ROOT / "tests" / "unit" / "fixtures" / "prometheus" / "dflash-alerts.test.yml"
-VLLM_PAGE = ROOT / "tests" / "unit" / "fixtures" / "metrics" / "synth.metrics.txt"  # real vLLM 0.26.0
+RULE_TESTS = ROOT / "tests" / "unit" / "data" / "prometheus" / "dflash-alerts.test.yml"
+VLLM_PAGE = ROOT / "tests" / "unit" / "data" / "metrics" / "synth.metrics.txt"  # real vLLM 0.26.0
 # Series names of the two sources and of the recording rules: vllm:... and dflash_gate_... / dflash:...
 NAME = re.compile(r"(?<![\w:$])(vllm:[a-z_:]+|dflash_gate_[a-z0-9_]+|dflash:[a-z0-9_:]+)")
 needs_promtool = pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool missing (apt prometheus)")
@@ -142,7 +142,7 @@ def test_rendered_textfile_passes_promtool_check_metrics():
 
 def _fake_vllm():
     spec = importlib.util.spec_from_file_location(
-        "fake_vllm", ROOT / "tests" / "unit" / "fixtures" / "metrics" / "fake_vllm.py"
+        "fake_vllm", ROOT / "tests" / "unit" / "data" / "metrics" / "fake_vllm.py"
     )
     module = importlib.util.module_from_spec(spec)
     sys.modules["fake_vllm"] = module

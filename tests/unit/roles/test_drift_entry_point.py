@@ -1,6 +1,6 @@
 """vllm_install's drift look names the release with the same build options as the role's own lookup.
 
-A build option passed to the lookup but not to dflash_drift would make the look name another release, so
+A build option passed to the lookup but not to vllm_drift would make the look name another release, so
 every re-run would take the full path; this keeps the two task files in step.
 """
 
@@ -16,18 +16,30 @@ TASKS = Path(__file__).resolve().parents[3] / "roles" / "vllm_install" / "tasks"
 INSTALL_ONLY = {"wheel", "wheel_precompiled"}
 
 
-def _task(path: Path, name: str) -> dict:
-    for task in yaml.safe_load(path.read_text()):
-        if task.get("name") == name:
-            return task
-    raise AssertionError(f"{path.name} has no task {name!r}")
+def _args(path: Path, name: str, module: str) -> dict:
+    """The task's options for `module`, with what its blocks' module_defaults give it (root)."""
+
+    def walk(tasks: list, defaults: dict) -> dict | None:
+        for task in tasks:
+            given = {**defaults, **task.get("module_defaults", {}).get("group/vllm_ops.dflash.vllm_root", {})}
+            if task.get("name") == name:
+                return {**given, **task[module]}
+            for key in ("block", "rescue", "always"):
+                found = walk(task.get(key, []), given)
+                if found is not None:
+                    return found
+        return None
+
+    found = walk(yaml.safe_load(path.read_text()), {})
+    assert found is not None, f"{path.name} has no task {name!r}"
+    return found
 
 
 def test_the_look_passes_every_build_option_of_the_lookup():
-    lookup = _task(TASKS / "main.yml", "Look the release up (nothing is built or written)")[
-        "vllm_ops.dflash.vllm_build"
-    ]
-    drift = _task(TASKS / "drift.yml", "Would a deploy change this host")["vllm_ops.dflash.dflash_drift"]
+    lookup = _args(
+        TASKS / "main.yml", "Look the release up (nothing is built or written)", "vllm_ops.dflash.vllm_build"
+    )
+    drift = _args(TASKS / "drift.yml", "Would a deploy change this host", "vllm_ops.dflash.vllm_drift")
     # the options that name a release (vllm_build's other options, keep_releases and run_id, do not)
     shared = {key: value for key, value in lookup.items() if key in BUILD_ARGUMENT_SPEC and key not in INSTALL_ONLY}
     assert len(shared) == len(BUILD_ARGUMENT_SPEC) - len(INSTALL_ONLY)

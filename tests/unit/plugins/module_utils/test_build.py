@@ -629,10 +629,10 @@ def test_a_separate_upstream_is_fetched_into_the_mirror_for_the_decision(tiny, t
     base = _build._fetch_base(str(repo), mirror, f"{upstream}#v1.0.0", deadline, log)
     assert base == shas["c1"]
     opts = BuildOptions(str(repo), "main", root=str(tmp_path / "root"), precompiled_base=f"{upstream}#main")
-    decision = _build._decide(opts, str(repo), mirror, shas["p1"], {}, deadline, log)
+    decision = _build._fetch_base_and_decide(opts, str(repo), mirror, shas["p1"], {}, deadline, log)
     assert decision.reason.startswith(f"1 file changed since merge-base {shas['c2'][:12]} with {upstream}#main")
     gone = f"{tmp_path / 'gone'}#main"
     opts.precompiled_base = gone  # auto never fails a build over its base
-    decision = _build._decide(opts, str(repo), mirror, shas["p1"], {}, deadline, log)
+    decision = _build._fetch_base_and_decide(opts, str(repo), mirror, shas["p1"], {}, deadline, log)
     assert decision.use is False and decision.reason.startswith(f"precompiled_base {gone} is unusable")
     assert decision.reason.endswith(": full build")

@@ -1,4 +1,4 @@
-"""The capabilities captured from real vLLM releases (tests/unit/fixtures/capabilities/<version>.json, written
+"""The capabilities captured from real vLLM releases (tests/unit/data/capabilities/<version>.json, written
 by `make compat`) follow schema 1 and say what those releases are known to say, so that the preflight
 tests built on them test against vLLM, not against a hand-made table."""
 
@@ -11,7 +11,7 @@ from typing import Any, Dict, List
 import pytest
 from ansible_collections.vllm_ops.dflash.plugins.module_utils import _capability_script as cap
 
-CAPTURES = Path(__file__).resolve().parents[2] / "fixtures" / "capabilities"
+CAPTURES = Path(__file__).resolve().parents[2] / "data" / "capabilities"
 RELEASES = ("0.20.1", "0.22.0", "0.24.0", "0.26.0", "0.28.0", "0.30.0", "0.33.0")
 
 

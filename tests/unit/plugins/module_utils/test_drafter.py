@@ -19,7 +19,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._preflight import 
 from ansible_collections.vllm_ops.dflash.tests.helpers.capabilities import captured
 
 ROOT = Path(__file__).resolve().parents[4]
-DRAFTERS = ROOT / "tests" / "unit" / "fixtures" / "drafters"
+DRAFTERS = ROOT / "tests" / "unit" / "data" / "drafters"
 TINY = json.loads((DRAFTERS / "tiny_dflash.json").read_text())
 QWEN36 = json.loads((DRAFTERS / "qwen36_dflash.json").read_text())
 DFLASH = {"method": "dflash", "model": "z-lab/Qwen3.6-27B-DFlash"}

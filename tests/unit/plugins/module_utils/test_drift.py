@@ -18,7 +18,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._build import Buil
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._drift import (
     DriftError,
     FileExpectation,
-    look,
+    detect_drift,
     recorded_differences,
 )
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._lock import host_lock
@@ -114,7 +114,7 @@ def _look(d, **overrides):
         "unit": "vllm-default.service",
     }
     kwargs.update(overrides)
-    return look(d["opts"], **kwargs)
+    return detect_drift(d["opts"], **kwargs)
 
 
 def _tree(root: Path) -> list:
@@ -184,7 +184,7 @@ def test_another_release_serving_is_a_reason(deployed):
         pip_args=deployed["opts"].pip_args,
     )  # fmt: skip
     build(other)
-    other_name = look(other)["release_name"]
+    other_name = detect_drift(other)["release_name"]
     run_action(str(deployed["root"]), "activate", release=other_name)
     result = _look(deployed)
     assert f"{deployed['name']} is built but {other_name} serves" in result["reasons"]

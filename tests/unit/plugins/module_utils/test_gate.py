@@ -30,7 +30,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._gate import (
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._metrics import Z95, AcceptanceStats
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._prompts import DEFAULT_PROMPTS
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "metrics"
+FIXTURES = Path(__file__).resolve().parents[2] / "data" / "metrics"
 
 
 def _load_fake():

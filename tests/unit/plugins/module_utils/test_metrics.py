@@ -20,7 +20,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._metrics import (
     spec_decode_snapshot,
 )
 
-PAGES = Path(__file__).resolve().parents[2] / "fixtures" / "metrics"
+PAGES = Path(__file__).resolve().parents[2] / "data" / "metrics"
 REAL_PAGES = sorted(p.name for p in PAGES.glob("*.metrics.txt"))
 SPEC_COUNTER_LINE = re.compile(r"^vllm:(spec_decode_num_\w+|generation_tokens|prompt_tokens)_total\{.*$", re.M)
 

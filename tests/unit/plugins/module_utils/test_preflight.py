@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Tests of the preflight core (serve config, speculative config, drafter) and of the probe patterns it relies on.
 
-Fixtures (tests/unit/fixtures/):
+Fixtures (tests/unit/data/):
 - drafters/tiny_dflash.json: the real drafter config served by vLLM 0.26.0 on the H200
   (shared/fixtures/vllm-0.26.0-h200/dflash_config.json): 1 full-attention layer, block_size 8.
 - drafters/qwen3_target_not_dflash.json: the real target config of that run (Qwen3ForCausalLM).
@@ -39,7 +39,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._preflight import 
 from ansible_collections.vllm_ops.dflash.tests.helpers.capabilities import captured as capabilities
 
 ROOT = Path(__file__).resolve().parents[4]
-FIXTURES = ROOT / "tests" / "unit" / "fixtures"
+FIXTURES = ROOT / "tests" / "unit" / "data"
 DRAFTERS = FIXTURES / "drafters"
 SNIPPETS = FIXTURES / "vllm_snippets"
 PROBES_YML = FIXTURES / "probes.yml"

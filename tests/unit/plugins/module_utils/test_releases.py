@@ -15,9 +15,9 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils import _releases
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._lock import host_lock
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._releases import (
     ReleaseError,
-    apply_action,
     load_state,
     run_action,
+    run_action_unlocked,
 )
 
 
@@ -383,7 +383,7 @@ def test_prune_never_removes_protected_releases(host):
     """A build holding the lock prunes with its new release protected, even an unfinished one."""
     make_release(host, "0123456789ab-0000b111", "0" * 40, None, complete=False)
     with host_lock(str(host), 5):
-        result = apply_action(str(host), "prune", keep_releases=0, protect=[name_of(1), "0123456789ab-0000b111"])
+        result = run_action_unlocked(str(host), "prune", keep_releases=0, protect=[name_of(1), "0123456789ab-0000b111"])
     assert result["pruned"] == [name_of(4), name_of(3), name_of(2)]
     assert sorted(os.listdir(host / "releases")) == sorted([name_of(1), "0123456789ab-0000b111"])
 
@@ -541,9 +541,9 @@ def test_lock_held_elsewhere_times_out_with_clear_message(host):
     assert run_action(str(host), "activate", release=name_of(2), lock_timeout=0)["current"] == name_of(2)
 
 
-def test_apply_action_runs_inside_an_existing_lock(host):
+def test_run_action_unlocked_runs_inside_an_existing_lock(host):
     with host_lock(str(host), 5):
-        result = apply_action(str(host), "activate", release=name_of(1))
+        result = run_action_unlocked(str(host), "activate", release=name_of(1))
     assert result["current"] == name_of(1)
 
 
@@ -673,7 +673,9 @@ def test_the_rescue_swap_keeps_the_last_good_release_good(host):
     assert dict(statuses(back))[name_of(1)] == "good" and back["last_good"] == name_of(1)
     act(host, "activate", release=name_of(3))
     assert act(host, "status")["last_good"] == name_of(1)
-    tasks = yaml.safe_load((Path(__file__).resolve().parents[4] / "roles/dflash_gate/tasks/rollback.yml").read_text())
+    rollback = Path(__file__).resolve().parents[4] / "roles/dflash_gate/tasks/rollback.yml"
+    (wrapper,) = yaml.safe_load(rollback.read_text())  # the file's one block (its tags and module_defaults)
+    tasks = wrapper["block"]
     block = next(t for t in tasks if t.get("name") == "Roll back to the last good release")["block"]
     swap = next(t for t in block if t["name"] == "Swap current back")["vllm_ops.dflash.vllm_release"]
     assert swap["action"] == "rollback"

@@ -12,7 +12,7 @@ import pytest
 from ansible_collections.vllm_ops.dflash.plugins.module_utils import _gate, _textfile
 from prometheus_client.parser import text_string_to_metric_families
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "metrics"
+FIXTURES = Path(__file__).resolve().parents[2] / "data" / "metrics"
 
 
 def _fake_vllm():

@@ -22,7 +22,7 @@ from ansible_collections.vllm_ops.dflash.plugins.modules import acceptance_gate
 from ansible_collections.vllm_ops.dflash.tests.helpers import module_runner
 
 ROOT = Path(__file__).resolve().parents[4]
-FIXTURES = ROOT / "tests" / "unit" / "fixtures" / "metrics"
+FIXTURES = ROOT / "tests" / "unit" / "data" / "metrics"
 
 
 def _load_fake():

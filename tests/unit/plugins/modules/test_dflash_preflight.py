@@ -15,7 +15,7 @@ from ansible_collections.vllm_ops.dflash.tests.helpers import module_runner
 from ansible_collections.vllm_ops.dflash.tests.helpers.capabilities import captured
 
 ROOT = Path(__file__).resolve().parents[4]
-DRAFTERS = ROOT / "tests" / "unit" / "fixtures" / "drafters"
+DRAFTERS = ROOT / "tests" / "unit" / "data" / "drafters"
 PROBES_026 = {
     "dflash_aux_layer_offset": True,
     "dflash_aux_layer_offset_v2": True,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 ---
-module: dflash_drift
+module: vllm_drift
 short_description: Tell, in one read-only look, whether a deploy would change a vLLM host
 description:
   - Answers the question the deploy playbook asks of every host first - would installing, configuring, serving and
@@ -108,7 +108,7 @@ seealso:
 
 EXAMPLES = r"""
 - name: Would a deploy change this host
-  vllm_ops.dflash.dflash_drift:
+  vllm_ops.dflash.vllm_drift:
     repo: https://github.com/vllm-project/vllm.git
     ref: refs/pull/40898/head
     files:
@@ -184,7 +184,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._build import (
     url_secrets,
 )
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import redact_url
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._drift import DriftError, FileExpectation, look
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._drift import DriftError, FileExpectation, detect_drift
 
 
 def main() -> None:
@@ -218,7 +218,7 @@ def main() -> None:
     module.no_log_values.update(url_secrets(params))
     try:
         files = [FileExpectation.from_dict(item) for item in params["files"]]
-        result = look(
+        result = detect_drift(
             build_options(params),
             files,
             health_url=params["health_url"] or None,
@@ -231,7 +231,7 @@ def main() -> None:
     except (BuildError, DriftError) as exc:
         module.fail_json(msg=str(exc), repo=redact_url(params["repo"]), requested_ref=params["ref"])
     except OSError as exc:
-        module.fail_json(msg=f"dflash_drift could not read {params['root']}: {exc}; check that this user may read it")
+        module.fail_json(msg=f"vllm_drift could not read {params['root']}: {exc}; check that this user may read it")
     for warning in result.pop("warnings"):
         module.warn(warning)
     module.exit_json(**result)

@@ -1,4 +1,4 @@
-"""dflash_drift as Ansible runs it: a subprocess reading its arguments from a JSON file."""
+"""vllm_drift as Ansible runs it: a subprocess reading its arguments from a JSON file."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def tiny(tmp_path_factory):
 
 
 def run_module(tmp_path: Path, check_mode: bool = False, **args) -> dict:
-    return module_runner.run_module("dflash_drift", tmp_path, args, check_mode=check_mode)[0]
+    return module_runner.run_module("vllm_drift", tmp_path, args, check_mode=check_mode)[0]
 
 
 def test_a_fresh_host_would_change_and_nothing_is_written(tiny, tmp_path):

@@ -130,10 +130,14 @@ cores: unit-oldest sanity-oldest unit-newest sanity-newest
 molecule: venv testhost wheelhouse $(COLL)
 	for s in $(SCENARIOS); do $(BIN)/molecule test -s $$s || exit 1; done
 
-## demo: the main job on the embedded default — deploy_dflash.yml on a local systemd container
+## demo: the main job on the embedded default — deploy_dflash.yml on a local systemd container; it ends with
+## the deploy's summary line per host (tests/tools/demo_summary.py, from the log; fails without one)
+DEMO_LOG ?= .cache/demo-converge.log
 demo: venv testhost wheelhouse $(COLL)
-	$(BIN)/molecule converge -s default
+	mkdir -p $(dir $(DEMO_LOG))
+	$(BIN)/molecule converge -s default 2>&1 | tee $(DEMO_LOG)
 	@echo "The test host 'gpu1' keeps running: 'make demo-destroy' removes it."
+	@$(BIN)/python tests/tools/demo_summary.py $(DEMO_LOG)
 
 demo-destroy: venv
 	$(BIN)/molecule destroy -s default

@@ -20,7 +20,7 @@ export ANSIBLE_FORCE_COLOR := 0
 export PY_COLORS := 0
 
 .PHONY: test venv testhost wheelhouse unit unit-fast sanity lint molecule demo demo-destroy build clean bench \
-  compat real-vllm bench-real-vllm ee unit-oldest unit-newest sanity-oldest sanity-newest cores
+  bench-fleet compat real-vllm bench-real-vllm ee unit-oldest unit-newest sanity-oldest sanity-newest cores
 
 ## test: everything CI runs, from scratch (venv, podman + test host image, unit, sanity, lint, molecule)
 test: venv testhost unit lint sanity ee molecule
@@ -145,6 +145,11 @@ demo-destroy: venv
 ## bench: ratios measured on the fixture engine and 3 systemd test hosts (~4 min; not part of `make test`)
 bench: venv testhost wheelhouse $(COLL)
 	$(BIN)/python bench/run.py
+
+## bench-fleet: issue 17's fleet at real size: N = 3 and N = 6 test hosts, a wheel padded to 300 MB (~15 min,
+## ~4 GB of disk while it runs; not part of `make test`)
+bench-fleet: venv testhost wheelhouse $(COLL)
+	$(BIN)/python bench/fleet.py
 
 ## compat: docs/compat.md and tests/unit/fixtures/capabilities/ from the PyPI releases of vLLM (not in CI:
 ## downloads and installs ~10 GB per release the first time; COMPAT_CACHE keeps them, VERSIONS picks some)

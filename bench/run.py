@@ -354,6 +354,8 @@ class Bench:
             "vllm_repo": "/srv/vllm-engine.git",
             "vllm_ref": "main",
             "vllm_pip_args": ["--no-index", "--find-links", "/srv/wheelhouse"],
+            # The test hosts reach no index: uv is not provisioned there (as in molecule.yml), pip builds.
+            "vllm_uv_provision": False,
             "vllm_build_timeout": 600,
             "vllm_build_poll": 2,
             "vllm_build_env": {

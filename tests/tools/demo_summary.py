@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Print the deploy's summary (one line per host) from a `molecule converge` log, as the last output.
 
 `make demo` tees molecule's output to a log and ends with this: molecule's own recap would otherwise be

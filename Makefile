@@ -20,7 +20,7 @@ export ANSIBLE_FORCE_COLOR := 0
 export PY_COLORS := 0
 
 .PHONY: test venv testhost wheelhouse unit unit-fast sanity lint molecule demo demo-destroy build clean bench \
-  compat real-vllm bench-real-vllm ee unit-oldest unit-newest sanity-oldest sanity-newest cores
+  bench-fleet compat real-vllm bench-real-vllm ee unit-oldest unit-newest sanity-oldest sanity-newest cores
 
 ## test: everything CI runs, from scratch (venv, podman + test host image, unit, sanity, lint, molecule)
 test: venv testhost unit lint sanity ee molecule
@@ -130,10 +130,14 @@ cores: unit-oldest sanity-oldest unit-newest sanity-newest
 molecule: venv testhost wheelhouse $(COLL)
 	for s in $(SCENARIOS); do $(BIN)/molecule test -s $$s || exit 1; done
 
-## demo: the main job on the embedded default — deploy_dflash.yml on a local systemd container
+## demo: the main job on the embedded default — deploy_dflash.yml on a local systemd container; it ends with
+## the deploy's summary line per host (tests/tools/demo_summary.py, from the log; fails without one)
+DEMO_LOG ?= .cache/demo-converge.log
 demo: venv testhost wheelhouse $(COLL)
-	$(BIN)/molecule converge -s default
+	mkdir -p $(dir $(DEMO_LOG))
+	$(BIN)/molecule converge -s default 2>&1 | tee $(DEMO_LOG)
 	@echo "The test host 'gpu1' keeps running: 'make demo-destroy' removes it."
+	@$(BIN)/python tests/tools/demo_summary.py $(DEMO_LOG)
 
 demo-destroy: venv
 	$(BIN)/molecule destroy -s default
@@ -141,6 +145,11 @@ demo-destroy: venv
 ## bench: ratios measured on the fixture engine and 3 systemd test hosts (~4 min; not part of `make test`)
 bench: venv testhost wheelhouse $(COLL)
 	$(BIN)/python bench/run.py
+
+## bench-fleet: issue 17's fleet at real size: N = 3 and N = 6 test hosts, a wheel padded to 300 MB (~15 min,
+## ~4 GB of disk while it runs; not part of `make test`)
+bench-fleet: venv testhost wheelhouse $(COLL)
+	$(BIN)/python bench/fleet.py
 
 ## compat: docs/compat.md and tests/unit/data/capabilities/ from the PyPI releases of vLLM (not in CI:
 ## downloads and installs ~10 GB per release the first time; COMPAT_CACHE keeps them, VERSIONS picks some)

@@ -104,3 +104,33 @@ def rescue_decision(current, last_good, fallback="", changed=False, config_diffe
 )
 def test_the_rescue_goes_back_to_the_last_good_release(kwargs, expected):
     assert rescue_decision(**kwargs) == expected
+
+
+# ---------------------------------------------------------------- the summary (issue 15 item 4)
+
+
+def summary_lines(deploy: list, unchanged: list, hostvars: dict) -> list:
+    task = PLAYS["Gate summary"]["tasks"][0]
+    groups = {"gpu_hosts": INVENTORY, "dflash_deploy": deploy, "dflash_unchanged": unchanged}
+    templar = Templar(loader=DataLoader(), variables={"groups": groups, "hostvars": hostvars})
+    items = templar.template(trust_as_template(task["loop"]))
+    lines = []
+    for item in items:
+        templar = Templar(loader=DataLoader(), variables={"groups": groups, "hostvars": hostvars, "item": item})
+        lines.append(templar.template(trust_as_template(task["ansible.builtin.debug"]["msg"])))
+    return lines
+
+
+def test_the_summary_has_a_line_for_every_host_the_run_reached():
+    hostvars = {
+        "gpu1": {"vllm_install_drift": {"current": "r1", "current_status": "good"}},
+        "gpu2": {"dflash_gate_result": {"summary": "release r2 commit c2: AL 3.10 ..., verdict PASS, report /r.md"}},
+        "gpu3": {"dflash_gate_result": {"msg": "boom"}},
+        "gpu4": {},
+    }
+    # gpu4 failed the look (in neither group): the run never reached it
+    assert summary_lines(["gpu3", "gpu2"], ["gpu1"], hostvars) == [
+        "gpu1: release r1 unchanged (good): nothing deployed, no new gate run",
+        "gpu2: release r2 commit c2: AL 3.10 ..., verdict PASS, report /r.md",
+        "gpu3: no gate verdict: boom",
+    ]

@@ -105,6 +105,21 @@ def test_low_acceptance_rolls_back(host, serving):
     assert host.file("/etc/vllm/default.yaml").contains("synthetic_acceptance_length: 4.0")
 
 
+def test_a_rollback_after_a_port_and_unit_change_serves_with_the_old_unit_and_port(host, serving):
+    # The failed deploy moved the server to 8002 and changed its unit; the release rolled back to must serve
+    # with its own unit, and the rescue's ready check must ask it on its own port (8000: `serving` checks).
+    unit = "/etc/systemd/system/vllm-default.service"
+    unit_before = host.file(unit).content_string
+    stop_before = host.check_output("systemctl show -p TimeoutStopUSec --value vllm-default.service")
+    bad = {"vllm_port": 8002, "vllm_shutdown_timeout": 40, "vllm_ref": "dflash-fix"}
+    proc = deploy({**bad, "vllm_speculative_config": {**SPEC, "synthetic_acceptance_length": 1.2}})
+    _assert_failed(proc, "1.2", "rolled back to " + serving["current"])
+    assert "not ready on port 8002" not in proc.stdout + proc.stderr
+    assert host.file(unit).content_string == unit_before, "the failed deploy's unit was left in place"
+    assert host.check_output("systemctl show -p TimeoutStopUSec --value vllm-default.service") == stop_before
+    assert host.file("/etc/vllm/default.yaml").contains("port: 8000")
+
+
 def test_a_first_deploy_that_fails_its_gate_leaves_its_service_stopped_and_disabled(host, serving):
     # A second instance with its own root: nothing served there before, so there is nothing to roll back to.
     first = {"vllm_root": "/opt/vllm-first", "vllm_instance": "first", "vllm_port": 8001}

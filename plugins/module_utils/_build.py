@@ -315,7 +315,9 @@ class _Builder:
         try:
             tagged = base_tagged(wheel, base)
         except OverlayError as exc:
-            raise BuildError(f"the built wheel {wheel} cannot be read ({exc})") from exc
+            raise BuildError(
+                f"the built wheel {wheel} cannot be read ({exc}). Fix: remove {os.path.dirname(wheel)} and build again"
+            ) from exc
         self.tags = tagged.details()
         self.note(f"wheel tags: {tagged.reason}")
         return tagged.path

@@ -303,8 +303,12 @@ def compare_with_plain_build(env: Dict[str, Any], root: str, build: Dict[str, An
     ours, ours_bad = _members(build["wheel"])
     theirs, theirs_bad = _members(plain)
     differ = sorted(name for name in set(ours) | set(theirs) if ours.get(name) != theirs.get(name))
+    retagged = _only_retagged(build["wheel"], plain, env["wheel"], differ)
+    if retagged:
+        differ = []
     shutil.rmtree(work, ignore_errors=True)
     return {
+        "retagged": retagged,
         "plain_wheel": os.path.basename(plain),
         "plain_build_seconds": seconds,
         "members": len(ours),
@@ -312,6 +316,44 @@ def compare_with_plain_build(env: Dict[str, Any], root: str, build: Dict[str, An
         "identical": not differ,
         "record_bad_lines": {"vllm_build": ours_bad, "plain": theirs_bad},
     }
+
+
+def _only_retagged(ours: str, theirs: str, base: str, differ: List[str]) -> Optional[str]:
+    """The base wheel's tags when the two wheels differ only as _wheel_tags retags: WHEEL's Tag lines (ours the
+    base wheel's) and RECORD's line of WHEEL; else None (a real difference)."""
+    import csv
+    import io
+    import zipfile
+
+    def read(path: str, suffix: str) -> str:
+        with zipfile.ZipFile(path) as archive:
+            name = next(n for n in archive.namelist() if n.count("/") == 1 and n.endswith(suffix))
+            return archive.read(name).decode("utf-8")
+
+    def split(text: str) -> Tuple[List[str], List[str]]:
+        lines = text.splitlines()
+        return [line for line in lines if not line.startswith("Tag:")], [
+            line for line in lines if line.startswith("Tag:")
+        ]
+
+    def rows(text: str) -> Dict[str, List[str]]:
+        return {
+            r[0]: r
+            for r in csv.reader(io.StringIO(text))
+            if r and not r[0].endswith((".dist-info/WHEEL", ".dist-info/RECORD"))
+        }
+
+    if not differ or any(not name.endswith((".dist-info/WHEEL", ".dist-info/RECORD")) for name in differ):
+        return None
+    (ours_rest, ours_tags), (theirs_rest, _tags) = (
+        split(read(ours, ".dist-info/WHEEL")),
+        split(read(theirs, ".dist-info/WHEEL")),
+    )
+    base_tags = split(read(base, ".dist-info/WHEEL"))[1]
+    same_record = rows(read(ours, ".dist-info/RECORD")) == rows(read(theirs, ".dist-info/RECORD"))
+    if ours_rest == theirs_rest and ours_tags == base_tags and same_record:
+        return " ".join(tag.split(":", 1)[1].strip() for tag in ours_tags)
+    return None
 
 
 def facts(root: str, release: str) -> Dict[str, Any]:
@@ -410,7 +452,13 @@ def report(record: Dict[str, Any]) -> str:
             lines += ["", f"Comparison with vLLM's own precompiled build FAILED: {_cell(compare['error'])}"]
         else:
             verdict = (
-                "all identical (sha256 each)" if compare["identical"] else "DIFFERENT: " + ", ".join(compare["differ"])
+                (
+                    "all identical (sha256 each)"
+                    if not compare.get("retagged")
+                    else f"identical (sha256 each) but WHEEL's tags: the base wheel's {compare['retagged']}"
+                )
+                if compare["identical"]
+                else "DIFFERENT: " + ", ".join(compare["differ"])
             )
             lines += [
                 "",

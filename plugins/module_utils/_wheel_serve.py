@@ -100,30 +100,31 @@ def start_server(
     proc = subprocess.Popen(
         argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
     )
-    assert proc.stdout is not None and proc.stderr is not None  # PIPE given
+    stdout, stderr = proc.stdout, proc.stderr
+    if stdout is None or stderr is None:  # not with PIPE; for the type checker
+        raise WheelServeError("the server's output pipes are missing")
     line = b""
     deadline = time.monotonic() + startup
     while not line.endswith(b"\n") and time.monotonic() < deadline:
-        ready, _, _ = select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
-        if not ready:
+        if not select.select([stdout], [], [], max(0.0, deadline - time.monotonic()))[0]:
             break
-        chunk = os.read(proc.stdout.fileno(), 64)
+        chunk = os.read(stdout.fileno(), 64)
         if not chunk:
             break
         line += chunk
-    proc.stdout.close()
+    stdout.close()
     if not line.strip().isdigit():
         if proc.poll() is None:
             proc.kill()
         proc.wait()
-        error = proc.stderr.read().decode("utf-8", "replace").strip().splitlines()
-        proc.stderr.close()
+        error = stderr.read().decode("utf-8", "replace").strip().splitlines()
+        stderr.close()
         reason = error[-1] if error else f"no port reported within {startup:.0f}s"
         raise WheelServeError(
             f"could not serve {path} on {address}: {reason}; set the address to one this host owns and the "
             "other hosts reach"
         )
-    proc.stderr.close()
+    stderr.close()
     port = int(line)
     return {"url": server_url(address, port, token, path), "port": port, "pid": proc.pid, "token": token}
 

@@ -129,7 +129,8 @@ def main() -> None:
             address=dict(type="str"),
             timeout=dict(type="float", default=900),
             pid=dict(type="int"),
-            token=dict(type="str"),
+            # Not a secret: a path segment of a URL that lives minutes, printed for the clients that pull it.
+            token=dict(type="str", no_log=False),
         ),
         required_if=[("state", "started", ("path", "address")), ("state", "stopped", ("pid", "token"))],
         supports_check_mode=True,

@@ -36,14 +36,17 @@ MEMORY_PER_JOB = 4 * GIB
 # The uv the vllm_install role provisions (a venv with a pinned uv) when the host has none.
 TOOLS_UV = os.path.join("tools", "bin", "uv")
 
+# The torch part only when asked: importing importlib.metadata is most of the probe's cost (~60 ms of CPU,
+# paid by every host's look; see bench/README.md "Fleet at real size").
 _PROBE = """
 import sys
 print('%d.%d.%d' % sys.version_info[:3])
-try:
-    import importlib.metadata as metadata
-    print(metadata.version('torch'))
-except Exception:
-    print('')
+if sys.argv[1:] == ['torch']:
+    try:
+        import importlib.metadata as metadata
+        print(metadata.version('torch'))
+    except Exception:
+        print('')
 """
 
 
@@ -56,7 +59,7 @@ def find_python(python: str) -> str:
 
 def probe_python(python: str, with_torch: bool) -> Tuple[str, Optional[str]]:
     """The interpreter's version, and (with_torch) the torch version it sees, or None."""
-    result = run_command([python, "-c", _PROBE], 60, watchdog=False)
+    result = run_command([python, "-c", _PROBE, *(["torch"] if with_torch else [])], 60, watchdog=False)
     if not result.ok:
         raise OptionError(
             f"{python} does not run ({result.log_tail or result.rc}); set `python` to a working interpreter"

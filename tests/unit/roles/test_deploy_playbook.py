@@ -134,3 +134,71 @@ def test_the_summary_has_a_line_for_every_host_the_run_reached():
         "gpu2: release r2 commit c2: AL 3.10 ..., verdict PASS, report /r.md",
         "gpu3: no gate verdict: boom",
     ]
+
+
+# ---------------------------------------------------------------- the fleet's wheel: pulled, or copied (issue 17)
+
+ROLLOUT_INSTALL = PLAYS["Roll out vLLM with DFlash"]["tasks"][0]["block"][0]
+PULLED = {"dest": "/opt/vllm/wheels/fleet/vllm-1.whl", "changed": True}
+COPIED = {"dest": "/opt/vllm/wheels/fleet/vllm-1.whl", "changed": True, "checksum": "x"}
+SKIPPED = {"skipped": True, "changed": False}
+
+
+@pytest.mark.parametrize(
+    ("pulled", "copied", "expected"),
+    [
+        (PULLED, SKIPPED, PULLED["dest"]),  # peer
+        (SKIPPED, COPIED, COPIED["dest"]),  # controller
+        ({"failed": True, "msg": "refused"}, COPIED, COPIED["dest"]),  # the pull failed, the controller copied
+        (None, COPIED, COPIED["dest"]),  # the server never started: no pull at all
+        (None, None, ""),  # check mode of a release to build: nothing staged
+    ],
+)
+def test_the_rollout_installs_the_wheel_that_reached_the_host(pulled, copied, expected):
+    variables = {}
+    if pulled is not None:
+        variables["dflash_fleet_wheel_pulled"] = pulled
+    if copied is not None:
+        variables["dflash_fleet_wheel_copied"] = copied
+    templar = Templar(loader=DataLoader(), variables=variables)
+    assert templar.template(trust_as_template(ROLLOUT_INSTALL["vars"]["vllm_wheel"])) == expected
+
+
+BUILD_TASKS = {task["name"]: task for task in PLAYS["Build vLLM once for the fleet"]["tasks"]}
+PULL_BLOCK = BUILD_TASKS["Pull the wheel from the build host"]
+
+
+def test_the_peer_server_is_stopped_whatever_happens_and_the_pull_is_checked():
+    (stop,) = PULL_BLOCK["always"]
+    assert stop["vllm_ops.dflash.vllm_wheel_serve"]["state"] == "stopped"
+    download = next(task for task in PULL_BLOCK["block"] if "ansible.builtin.get_url" in task)
+    assert download["ansible.builtin.get_url"]["checksum"] == "sha256:{{ dflash_fleet_build.wheel_sha256 }}"
+
+
+@pytest.mark.parametrize(
+    ("via", "failed_hosts", "host", "fetch", "copy"),
+    [
+        ("peer", [], "gpu1", False, False),
+        ("peer", ["gpu2"], "gpu1", True, False),  # the fetch runs once (on the first host) for gpu2's copy
+        ("peer", ["gpu2"], "gpu2", True, True),
+        ("controller", [], "gpu1", True, True),
+    ],
+)
+def test_the_controller_path_runs_where_it_is_chosen_or_the_pull_failed(via, failed_hosts, host, fetch, copy):
+    hosts = ["gpu1", "gpu2"]
+    hostvars = {name: ({"dflash_fleet_wheel_pull_failed": True} if name in failed_hosts else {}) for name in hosts}
+    variables = {
+        "dflash_fleet_wheel_via": via,
+        "ansible_check_mode": False,
+        "dflash_fleet_build": {"changed": True},
+        "ansible_play_hosts": hosts,
+        "hostvars": hostvars,
+        **hostvars[host],
+    }
+    templar = Templar(loader=DataLoader(), variables=variables)
+
+    def runs(task: str) -> bool:
+        return all(templar.evaluate_conditional(trust_as_template(c)) for c in BUILD_TASKS[task]["when"])
+
+    assert runs("Fetch the wheel to the controller") is fetch
+    assert runs("Copy the fleet's wheel to this host") is copy

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_host import (
+    _PROBE,
     TOOLS_UV,
     cache_env,
     derive_max_jobs,
@@ -112,3 +114,14 @@ def test_uv_requested_but_missing_names_both_places(tmp_path):
         find_installer("uv", str(tmp_path), path=str(tmp_path / "empty"))
     with pytest.raises(OptionError, match="installer 'conda' is not one of auto, uv, pip"):
         find_installer("conda", str(tmp_path))
+
+
+def test_the_probe_reads_package_metadata_only_when_torch_is_asked_for():
+    # importlib.metadata is most of the probe's CPU, and every host's look runs the probe (bench-fleet).
+    for args, imported in (([], False), (["torch"], True)):
+        proc = subprocess.run(
+            [sys.executable, "-X", "importtime", "-c", _PROBE, *args], capture_output=True, text=True, check=True
+        )
+        assert proc.stdout.splitlines()[0] == ".".join(str(part) for part in sys.version_info[:3])
+        assert len(proc.stdout.splitlines()) == (2 if imported else 1)
+        assert ("importlib.metadata" in proc.stderr) is imported

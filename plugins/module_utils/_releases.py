@@ -3,11 +3,12 @@
 """The release state machine over `<root>/releases/`, the `current` link and `state.json`.
 
 `state.json` is the history (activations, gate verdicts); the `current` symlink is what is served.
-Beside a verdict, `keep_files` copies what the release served with (config, env, unit) to its last good
-copies in the same run: the gate's bookkeeping after a pass is one remote step, not one per file.
 When they disagree (a crash between the link swap and the state write) the link wins and a warning
 says so. A complete release directory that state.json does not know (just built) is adopted with
 status `built`; adoption is a view, persisted only with the next change.
+
+Beside a verdict, `keep_files` copies what the release served with (config, env, unit) to its last good
+copies in the same run: the gate's bookkeeping after a pass is one remote step, not one per file.
 
 Standard library only: this runs on the target host's system Python (3.8+).
 """

@@ -7,6 +7,9 @@ When they disagree (a crash between the link swap and the state write) the link 
 says so. A complete release directory that state.json does not know (just built) is adopted with
 status `built`; adoption is a view, persisted only with the next change.
 
+Beside a verdict, `keep_files` copies what the release served with (config, env, unit) to its last good
+copies in the same run: the gate's bookkeeping after a pass is one remote step, not one per file.
+
 Standard library only: this runs on the target host's system Python (3.8+).
 """
 
@@ -17,6 +20,7 @@ import copy
 import os
 import re
 import shutil
+import stat
 import uuid
 from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence
 
@@ -26,6 +30,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._lock import LOCK_
 __all__ = [
     "ACTIONS",
     "CURRENT_LINK",
+    "KEEP_ACTIONS",
     "MANIFEST_NAME",
     "RELEASES_DIR",
     "RELEASE_NAME",
@@ -45,7 +50,9 @@ CURRENT_LINK = "current"
 RELEASES_DIR = "releases"
 WHEELS_DIR = "wheels"
 MANIFEST_NAME = "manifest.json"
-ACTIONS = ("activate", "rollback", "prune", "mark_good", "mark_failed", "status")
+ACTIONS = ("activate", "rollback", "prune", "mark_good", "mark_failed", "keep", "status")
+# The actions that take keep_files: a passed verdict, or keeping alone (a gate that did not run).
+KEEP_ACTIONS = ("mark_good", "keep")
 STATUSES = ("built", "active", "good", "failed")
 _SWITCHING = ("activate", "rollback")
 _PRUNING_PREFIX = ".prune-"
@@ -55,6 +62,7 @@ _HEX_PREFIX = re.compile(r"^[0-9a-f]{4,40}$")
 # never adopted, activated or deleted.
 RELEASE_NAME = re.compile(r"^[0-9a-f]{12}-[0-9a-f]{8}$")
 _PRUNING_NAME = re.compile(r"^\.prune-[0-9a-f]{12}-[0-9a-f]{8}\.[0-9a-f]{32}$")
+_MODE = re.compile(r"^0?[0-7]{3}$")
 
 
 class ReleaseError(Exception):
@@ -67,6 +75,85 @@ class _DiskRelease(NamedTuple):
     complete: bool  # manifest.json exists: the builder writes it last
     manifest: Optional[Dict[str, Any]]
     manifest_error: Optional[str]
+
+
+class _Keep(NamedTuple):
+    """One file to keep as its last good copy, and what the copy is now."""
+
+    path: str
+    last_good: str
+    mode: int
+    content: Optional[bytes]  # None: an optional source that does not exist (nothing is kept)
+    before: str  # the copy before the action, as the diff shows it
+    changed: bool
+
+
+def _plan_keep(item: Dict[str, Any]) -> _Keep:
+    """Read one keep_files item: its source, and whether its copy already has that content, mode and owner."""
+    path, last_good = str(item.get("path") or ""), str(item.get("last_good") or "")
+    mode_text = str(item.get("mode") or "")
+    if not path or not last_good:
+        raise ReleaseError(f"keep_files item {item!r} needs path and last_good (the file and its last good copy)")
+    if not _MODE.match(mode_text):
+        raise ReleaseError(f"keep_files mode {mode_text!r} of {path} is not an octal mode such as '0644' or '0600'")
+    mode = int(mode_text, 8)
+    try:
+        with open(last_good, "rb") as handle:
+            old: Optional[bytes] = handle.read()
+        info = os.stat(last_good)
+        old_mode = stat.S_IMODE(info.st_mode)
+        owned = (info.st_uid, info.st_gid, old_mode) == (os.geteuid(), os.getegid(), mode)
+    except FileNotFoundError:
+        old, old_mode, owned = None, 0, False
+    except OSError as exc:
+        raise ReleaseError(f"cannot read {last_good}: {exc.strerror}; check its permissions") from exc
+    try:
+        with open(path, "rb") as handle:
+            content: Optional[bytes] = handle.read()
+    except FileNotFoundError as exc:
+        if not item.get("optional"):
+            raise ReleaseError(
+                f"cannot keep {path} as the last good copy: it does not exist; deploy it first (dflash_config, "
+                "vllm_service) or mark the item optional"
+            ) from exc
+        content = None
+    except OSError as exc:
+        raise ReleaseError(f"cannot read {path} to keep it: {exc.strerror}; check its permissions") from exc
+    # The diff names files, never their content: the env file holds secrets.
+    before = "absent" if old is None else f"{'same as' if old == content else 'differs from'} {path} ({old_mode:04o})"
+    changed = content is not None and not (old == content and owned)
+    return _Keep(path, last_good, mode, content, before, changed)
+
+
+def _render_kept(kept: Sequence[_Keep], after: bool) -> str:
+    if not kept:
+        return ""
+    lines = ["kept:"]
+    for keep in kept:
+        now = f"same as {keep.path} ({keep.mode:04o})" if after and keep.content is not None else keep.before
+        lines.append(f"  {keep.last_good}: {now}")
+    return "\n".join(lines) + "\n"
+
+
+def _write_copy(keep: _Keep) -> None:
+    """Replace keep.last_good with keep.content atomically, with its mode from the start (never wider)."""
+    assert keep.content is not None
+    directory = os.path.dirname(os.path.abspath(keep.last_good))
+    temporary = os.path.join(directory, f".{os.path.basename(keep.last_good)}.{uuid.uuid4().hex}.tmp")
+    try:
+        with os.fdopen(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as handle:
+            os.fchmod(handle.fileno(), keep.mode)  # the exact mode, whatever the umask
+            handle.write(keep.content)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, keep.last_good)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise ReleaseError(
+            f"cannot keep {keep.path} as {keep.last_good}: {exc.strerror}; check that {directory} exists and is "
+            "writable by this user"
+        ) from exc
 
 
 class _Layout:
@@ -216,6 +303,7 @@ class _Session:
         self.affected: Optional[str] = None
         self.pruned: List[str] = []
         self.forgotten: List[str] = []
+        self.kept: List[_Keep] = []
 
     # ---- view -------------------------------------------------------------------------------
     def _adopt(self) -> None:
@@ -417,6 +505,10 @@ class _Session:
             self.state["releases"][name] = updated
             self.record(f"mark_{status}", name, reason=reason or None)
 
+    def keep(self, files: Sequence[Dict[str, Any]]) -> None:
+        """Plan the last good copies; every source is read (a missing one fails) before anything is written."""
+        self.kept = [_plan_keep(item) for item in files]
+
     def linked_dirs(self) -> List[str]:
         """releases/ or wheels/ when it is a symlink: a prune there would delete whatever it points to."""
         return [path for path in (self.layout.releases, self.layout.wheels) if os.path.islink(path)]
@@ -465,9 +557,18 @@ class _Session:
     # ---- effects ----------------------------------------------------------------------------
     @property
     def changed(self) -> bool:
-        return self.state != self.before or bool(self.remove)
+        return self.state != self.before or bool(self.remove) or any(keep.changed for keep in self.kept)
 
     def execute(self) -> None:
+        if self.state != self.before or self.remove:
+            self._apply_releases()
+        # After the verdict: a copy that fails leaves the earlier last good copies and a release marked
+        # good, which the deploy's rescue marks failed and rolls back from (never new copies of an unmarked one).
+        for keep in self.kept:
+            if keep.changed:
+                _write_copy(keep)
+
+    def _apply_releases(self) -> None:
         if self.link_target is not None:
             self._swap_current(self.link_target)
         for name in self.remove:
@@ -501,7 +602,10 @@ class _Session:
 
     # ---- reporting --------------------------------------------------------------------------
     def diff(self) -> Dict[str, str]:
-        return {"before": _render(self.before), "after": _render(self.state)}
+        return {
+            "before": _render(self.before) + _render_kept(self.kept, after=False),
+            "after": _render(self.state) + _render_kept(self.kept, after=True),
+        }
 
     def result(self) -> Dict[str, Any]:
         return {
@@ -515,6 +619,11 @@ class _Session:
             "pruned": self.pruned,
             "forgotten": self.forgotten,
             "incomplete": sorted(n for n, disk in self.disk.items() if not disk.complete and n not in self.remove),
+            "kept": [
+                {"path": keep.path, "last_good": keep.last_good, "changed": keep.changed}
+                for keep in self.kept
+                if keep.content is not None
+            ],
             "diff": self.diff(),
             "warnings": self.warnings,
         }
@@ -548,12 +657,22 @@ def run_action_unlocked(
     details: Optional[Dict[str, Any]] = None,
     check_mode: bool = False,
     protect: Sequence[str] = (),
+    keep_files: Optional[Sequence[Dict[str, Any]]] = None,
 ) -> Dict[str, Any]:
     """Run `action` on `root` WITHOUT taking the host lock (for callers that already hold it, e.g. a
     build that prunes, protecting the release it just made). In check mode nothing is written; the
-    result predicts the change. `protect` names releases that prune never removes."""
+    result predicts the change. `protect` names releases that prune never removes. `keep_files`
+    (items `path`, `last_good`, `mode`, `optional`; with mark_good or keep) are copied to their last
+    good copies after the state is written."""
     if action not in ACTIONS:
         raise ReleaseError(f"unknown action {action!r}; use one of {', '.join(ACTIONS)}")
+    if keep_files and action not in KEEP_ACTIONS:
+        raise ReleaseError(
+            f"keep_files goes with action={' or action='.join(KEEP_ACTIONS)}, not action={action}: the last good "
+            "copies are what a release that passed served with"
+        )
+    if action == "keep" and not keep_files:
+        raise ReleaseError("action=keep needs keep_files (the files to keep as their last good copies)")
     session = _Session(root)
     if action == "activate":
         session.activate(release, reason)
@@ -565,8 +684,10 @@ def run_action_unlocked(
         session.mark(release, "good", reason, details)
     elif action == "mark_failed":
         session.mark(release, "failed", reason, details)
-    elif release:
+    elif release:  # status, keep
         session.affected = session.resolve(release, require_complete=False)
+    if keep_files:
+        session.keep(keep_files)
     if session.changed and not check_mode:
         session.execute()
     return session.result()
@@ -595,8 +716,11 @@ def run_action(
     check_mode: bool = False,
     lock_timeout: float = 600.0,
     protect: Sequence[str] = (),
+    keep_files: Optional[Sequence[Dict[str, Any]]] = None,
 ) -> Dict[str, Any]:
     """`run_action_unlocked` under the host lock (`<root>/.lock`)."""
     read_only = check_mode or action == "status" or not os.path.isdir(root)
     with _lock_for(root, read_only, lock_timeout):
-        return run_action_unlocked(root, action, release, keep_releases, reason, details, check_mode, protect)
+        return run_action_unlocked(
+            root, action, release, keep_releases, reason, details, check_mode, protect, keep_files
+        )

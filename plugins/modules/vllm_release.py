@@ -18,6 +18,8 @@ description:
     A read-only run (O(action=status) or check mode) waits for the lock only when the lock file exists,
     and creates nothing.
   - When C(state.json) and the C(current) link disagree (an interrupted swap), the link wins, with a warning.
+  - With O(keep_files), the same run copies what the release served with (config, env file, unit) to their
+    last good copies, which a rollback restores; the gate's bookkeeping after a pass is then one call.
 version_added: 0.1.0
 author: vllm_ops maintainers (@vllm-ops)
 extends_documentation_fragment:
@@ -26,17 +28,19 @@ attributes:
   check_mode:
     support: full
     details:
-      - Reports what would change (C(changed), C(current), C(previous), C(releases), C(pruned), C(diff)) and
-        changes nothing.
+      - Reports what would change (C(changed), C(current), C(previous), C(releases), C(pruned), C(kept),
+        C(diff)) and changes nothing.
   diff_mode:
     support: full
     details:
-      - Before and after of the current and previous release and of each release's status, as text.
+      - Before and after of the current and previous release and of each release's status, as text; with
+        O(keep_files), of each last good copy (whether it equals its file, and its mode; never the content).
   idempotent:
     support: full
     details:
       - Activating the current release, rolling back explicitly to it, marking a release with the status,
-        reason and details it already has, and pruning an already pruned root report no change.
+        reason and details it already has, pruning an already pruned root, and keeping copies that already
+        have their file's content, mode and owner report no change.
       - O(action=rollback) without O(release) moves to another release every time it is run.
 options:
   root:
@@ -57,9 +61,11 @@ options:
       - V(mark_good) and V(mark_failed) set the status of O(release) (default the current release),
         store O(reason), and store O(details) as the release's C(gate) record. Marking the current
         release failed does not move C(current); use O(action=rollback) for that.
+      - V(keep) only keeps the O(keep_files) copies (for a rollout whose gate did not run, disabled or in check
+        mode); it marks nothing and leaves C(state.json) as it is.
       - V(status) changes nothing and returns the releases and history.
     type: str
-    choices: [activate, rollback, prune, mark_good, mark_failed, status]
+    choices: [activate, rollback, prune, mark_good, mark_failed, keep, status]
     default: status
   release:
     description:
@@ -79,8 +85,36 @@ options:
   details:
     description:
       - A record to keep as the release's C(gate) entry with O(action=mark_good) or O(action=mark_failed),
-        for example the result of M(vllm_ops.dflash.acceptance_gate).
+        for example the result of M(vllm_ops.dflash.acceptance_gate). The other actions ignore it.
     type: dict
+  keep_files:
+    description:
+      - Files to copy to their last good copies, with O(action=mark_good) (after the mark is written) or
+        O(action=keep); required for O(action=keep), refused with the other actions.
+      - Every file is read before anything is written; a missing one that is not O(keep_files[].optional)
+        fails the run with nothing changed.
+      - A copy is replaced atomically (a temporary file in its directory, renamed over it) and has its
+        O(keep_files[].mode) from its creation, so a copy of secrets is never readable by others. It is owned by
+        the user the module runs as (root in the roles).
+    type: list
+    elements: dict
+    suboptions:
+      path:
+        description: The file that the release serves with.
+        type: path
+        required: true
+      last_good:
+        description: Its last good copy.
+        type: path
+        required: true
+      mode:
+        description: The copy's mode, in octal (V('0644'), V('0600') for secrets).
+        type: str
+        required: true
+      optional:
+        description: A missing O(keep_files[].path) is not kept (an earlier copy stays) instead of failing.
+        type: bool
+        default: false
   lock_timeout:
     description: Seconds to wait for the host lock held by a build or another swap before failing.
     type: float
@@ -104,6 +138,14 @@ EXAMPLES = r"""
   vllm_ops.dflash.vllm_release:
     action: mark_good
     details: "{{ gate }}"
+
+- name: Record a passed gate and keep the config and env file it passed with, in one call
+  vllm_ops.dflash.vllm_release:
+    action: mark_good
+    details: "{{ gate }}"
+    keep_files:
+      - {path: /etc/vllm/default.yaml, last_good: /etc/vllm/default.yaml.last-good, mode: "0644"}
+      - {path: /etc/vllm/default.env, last_good: /etc/vllm/default.env.last-good, mode: "0600"}
 
 - name: Record a failed gate and go back to the last release that was not failed
   block:
@@ -225,8 +267,28 @@ incomplete:
   returned: always
   type: list
   elements: str
+kept:
+  description:
+    - The O(keep_files) copies of the run (an optional file that does not exist is left out), and whether
+      each was written (or would be, in check mode).
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    path:
+      description: The file kept.
+      type: str
+    last_good:
+      description: Its last good copy.
+      type: str
+    changed:
+      description: Whether the copy was written (its content, mode or owner differed, or it did not exist).
+      type: bool
+  sample:
+    - {path: /etc/vllm/default.yaml, last_good: /etc/vllm/default.yaml.last-good, changed: true}
 diff:
-  description: Before and after of C(current), C(previous) and each release's status, as text.
+  description:
+    - Before and after of C(current), C(previous), each release's status and each O(keep_files) copy, as text.
   returned: always
   type: dict
   sample:
@@ -247,9 +309,19 @@ def main() -> None:
             "keep_releases": {"type": "int", "default": 3},
             "reason": {"type": "str"},
             "details": {"type": "dict"},
+            "keep_files": {
+                "type": "list",
+                "elements": "dict",
+                "options": {
+                    "path": {"type": "path", "required": True},
+                    "last_good": {"type": "path", "required": True},
+                    "mode": {"type": "str", "required": True},
+                    "optional": {"type": "bool", "default": False},
+                },
+            },
             "lock_timeout": {"type": "float", "default": 600},
         },
-        required_if=[("action", "activate", ["release"])],
+        required_if=[("action", "activate", ["release"]), ("action", "keep", ["keep_files"])],
         supports_check_mode=True,
     )
     params = module.params
@@ -263,6 +335,7 @@ def main() -> None:
             details=params["details"],
             check_mode=module.check_mode,
             lock_timeout=params["lock_timeout"],
+            keep_files=params["keep_files"],
         )
     except ReleaseError as exc:
         module.fail_json(msg=str(exc))

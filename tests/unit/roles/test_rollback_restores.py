@@ -123,7 +123,8 @@ def test_the_rollback_restores_config_and_unit_and_asks_the_restored_port(tmp_pa
     unit.write_text(good["unit"])
 
     keep = _tasks(
-        GATE / "tasks" / "main.yml", "Keep the config and unit that passed as the last good ones (restored on rollback)"
+        GATE / "tasks" / "main.yml",
+        "Record the release as good and keep its config, env and unit as the last good ones",
     )
     back = _tasks(
         GATE / "tasks" / "rollback.yml",
@@ -149,7 +150,19 @@ def test_the_rollback_restores_config_and_unit_and_asks_the_restored_port(tmp_pa
             "dflash_gate_rollback_rescue": True,
         },
     }
-    (tmp_path / "keep.yml").write_text(yaml.safe_dump([{**common, "tasks": keep}]))
+    # The gate passed on release R: the one call marks it good and keeps what it served with.
+    release, root = "aaaaaaaaaaaa-00000000", tmp_path / "vllm"
+    (root / "releases" / release).mkdir(parents=True)
+    (root / "releases" / release / "manifest.json").write_text(json.dumps({"schema": 1, "commit": "a" * 40}))
+    (root / "current").symlink_to(f"releases/{release}")
+    passed = {
+        "dflash_gate_result": {"changed": False, "mean_acceptance_length": 3.2, "drafts": 40},
+        "dflash_gate_serving": {"current": release},
+        "dflash_gate_min_mean_acceptance_length": 2.0,
+    }
+    defaults = {"group/vllm_ops.dflash.vllm_root": {"root": str(root)}}
+    keep_play = {**common, "vars": {**common["vars"], **passed}, "module_defaults": defaults, "tasks": keep}
+    (tmp_path / "keep.yml").write_text(yaml.safe_dump([keep_play]))
     (tmp_path / "back.yml").write_text(yaml.safe_dump([{**common, "tasks": back}]))
     env = dict(
         os.environ,
@@ -165,6 +178,9 @@ def test_the_rollback_restores_config_and_unit_and_asks_the_restored_port(tmp_pa
         assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
 
     play("keep.yml")
+    gate = json.loads((root / "state.json").read_text())["releases"][release]
+    assert (gate["status"], gate["gate"]["mean_acceptance_length"], gate["gate"]["drafts"]) == ("good", 3.2, 40)
+    assert [oct(os.stat(item["last_good"]).st_mode & 0o777) for item in kept] == ["0o644", "0o600", "0o644"]
     # The failed deploy: a new port (given with -e), a new served name, a changed unit.
     wrong_port = _free_port()
     (etc / "t.yaml").write_text(yaml.safe_dump({"host": "127.0.0.1", "port": wrong_port, "served-model-name": "new"}))

@@ -679,3 +679,138 @@ def test_the_rescue_swap_keeps_the_last_good_release_good(host):
     block = next(t for t in tasks if t.get("name") == "Roll back to the last good release")["block"]
     swap = next(t for t in block if t["name"] == "Swap current back")["vllm_ops.dflash.vllm_release"]
     assert swap["action"] == "rollback"
+
+
+# ---- keep_files: the last good copies kept in the same run as the verdict (issue 15 item 7) ----------
+
+
+@pytest.fixture
+def served(tmp_path):
+    """What a release serves with: config, env file (secrets) and unit, and the keep_files for them."""
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    (etc / "t.yaml").write_text("port: 8000\n")
+    (etc / "t.env").write_text("VLLM_API_KEY=secret-do-not-show\n")
+    (etc / "vllm-t.service").write_text("[Service]\n")
+    files = [
+        {"path": str(etc / "t.yaml"), "last_good": str(etc / "t.yaml.last-good"), "mode": "0644"},
+        {"path": str(etc / "t.env"), "last_good": str(etc / "t.env.last-good"), "mode": "0600"},
+        {
+            "path": str(etc / "vllm-t.service"),
+            "last_good": str(etc / "vllm-t.service.last-good"),
+            "mode": "0644",
+            "optional": True,
+        },
+    ]
+    return etc, files
+
+
+def mode_of(path):
+    return os.stat(path).st_mode & 0o777
+
+
+def test_mark_good_keeps_the_copies_with_their_modes_after_the_mark(host, served, monkeypatch):
+    _, files = served
+    act(host, "activate", release=name_of(1))
+    os.umask(0o000)  # the copies' modes do not depend on the umask
+    order = []
+    real_replace = _releases.os.replace
+
+    def replace(src, dst):  # the mode each file has at the moment it appears under its name
+        order.append((os.path.basename(dst), mode_of(src)))
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(_releases.os, "replace", replace)
+    try:
+        result = act(host, "mark_good", details={"mean_acceptance_length": 3.2}, keep_files=files)
+    finally:
+        os.umask(0o022)
+    assert result["changed"] is True
+    assert dict(statuses(result))[name_of(1)] == "good"
+    assert [(item["last_good"], item["changed"]) for item in result["kept"]] == [
+        (item["last_good"], True) for item in files
+    ]
+    for item in files:
+        assert Path(item["last_good"]).read_bytes() == Path(item["path"]).read_bytes()
+        assert mode_of(item["last_good"]) == int(item["mode"], 8)
+    assert order[0][0] == "state.json", "the copies are kept only once the verdict is written"
+    assert ("t.env.last-good", 0o600) in order and all(mode in (0o600, 0o644) for _, mode in order)
+    again = act(host, "mark_good", details={"mean_acceptance_length": 3.2}, keep_files=files)
+    assert again["changed"] is False and not any(item["changed"] for item in again["kept"])
+
+
+def test_a_copy_with_another_content_or_mode_is_replaced(host, served):
+    etc, files = served
+    act(host, "keep", keep_files=files)
+    (etc / "t.yaml").write_text("port: 9000\n")
+    os.chmod(etc / "t.env.last-good", 0o644)
+    result = act(host, "keep", keep_files=files)
+    assert [item["changed"] for item in result["kept"]] == [True, True, False]
+    assert (etc / "t.yaml.last-good").read_text() == "port: 9000\n"
+    assert mode_of(etc / "t.env.last-good") == 0o600
+
+
+def test_keep_marks_nothing_and_leaves_state_json_alone(host, served):
+    etc, files = served
+    act(host, "activate", release=name_of(1))
+    state = (host / "state.json").read_bytes()
+    result = act(host, "keep", keep_files=files)
+    assert result["changed"] is True and dict(statuses(result))[name_of(1)] == "active"
+    assert (host / "state.json").read_bytes() == state
+    assert (etc / "t.env.last-good").read_text() == (etc / "t.env").read_text()
+
+
+def test_a_missing_file_fails_before_anything_is_written(host, served):
+    etc, files = served
+    act(host, "activate", release=name_of(1))
+    (etc / "t.env").unlink()
+    before = snapshot(host), sorted(os.listdir(etc))
+    with pytest.raises(ReleaseError, match=r"cannot keep .*t\.env as the last good copy: it does not exist"):
+        act(host, "mark_good", keep_files=files)
+    assert (snapshot(host), sorted(os.listdir(etc))) == before
+    assert dict(statuses(act(host, "status")))[name_of(1)] == "active", "marked good without its copies"
+
+
+def test_a_missing_optional_file_leaves_its_earlier_copy(host, served):
+    etc, files = served
+    act(host, "keep", keep_files=files)
+    (etc / "vllm-t.service").unlink()
+    (etc / "t.yaml").write_text("port: 9000\n")
+    result = act(host, "keep", keep_files=files)
+    assert [item["path"] for item in result["kept"]] == [files[0]["path"], files[1]["path"]]
+    assert (etc / "vllm-t.service.last-good").read_text() == "[Service]\n"
+
+
+def test_keep_files_in_check_and_diff_mode(host, served):
+    etc, files = served
+    act(host, "activate", release=name_of(1))
+    act(host, "keep", keep_files=files)
+    (etc / "t.env").write_text("VLLM_API_KEY=new-secret\n")
+    before = snapshot(host), {name: (etc / name).read_bytes() for name in os.listdir(etc)}
+    predicted = act(host, "mark_good", keep_files=files, check_mode=True)
+    assert (snapshot(host), {name: (etc / name).read_bytes() for name in os.listdir(etc)}) == before
+    assert [item["changed"] for item in predicted["kept"]] == [False, True, False]
+    diff = predicted["diff"]
+    assert f"{files[1]['last_good']}: differs from {files[1]['path']} (0600)" in diff["before"]
+    assert f"{files[1]['last_good']}: same as {files[1]['path']} (0600)" in diff["after"]
+    assert "secret" not in diff["before"] + diff["after"]
+    real = act(host, "mark_good", keep_files=files)
+    for key in ("changed", "kept", "diff"):
+        assert predicted[key] == real[key], key
+
+
+@pytest.mark.parametrize(
+    ("action", "kwargs", "message"),
+    [
+        ("activate", {"release": name_of(1)}, "keep_files goes with action=mark_good or action=keep"),
+        ("mark_failed", {}, "keep_files goes with action=mark_good or action=keep"),
+        ("keep", {"keep_files": []}, "action=keep needs keep_files"),
+        ("keep", {"keep_files": [{"path": "/x", "last_good": "/y", "mode": "rw-r--r--"}]}, "not an octal mode"),
+    ],
+)
+def test_keep_files_refused_where_it_does_not_belong(host, served, action, kwargs, message):
+    _, files = served
+    act(host, "activate", release=name_of(1))
+    kwargs.setdefault("keep_files", files)
+    with pytest.raises(ReleaseError, match=message):
+        act(host, action, **kwargs)

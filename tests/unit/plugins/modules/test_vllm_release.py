@@ -91,3 +91,21 @@ def test_link_state_mismatch_is_a_warning(tmp_path, root):
     result = run_module(tmp_path, root=str(root))
     assert result["current"] == "bbbbbbbbbbbb-00000000"
     assert "the link is what runs" in json.dumps(result["warnings"])  # ansible-core 2.19 structures warnings
+
+
+def test_keep_files_through_the_argument_spec(tmp_path, root):
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    (etc / "t.env").write_text("VLLM_API_KEY=k\n")
+    item = {"path": str(etc / "t.env"), "last_good": str(etc / "t.env.last-good"), "mode": "0600"}
+    run_module(tmp_path, root=str(root), action="activate", release="aaaaaaa")
+    result = run_module(tmp_path, diff=True, root=str(root), action="mark_good", keep_files=[item])
+    assert result["changed"] is True
+    assert result["kept"] == [{**{k: item[k] for k in ("path", "last_good")}, "changed": True}]
+    assert (etc / "t.env.last-good").read_text() == "VLLM_API_KEY=k\n"
+    assert os.stat(etc / "t.env.last-good").st_mode & 0o777 == 0o600
+    assert [entry["status"] for entry in result["releases"]] == ["built", "good"]
+    no_mode = run_module(tmp_path, root=str(root), action="keep", keep_files=[{**item, "mode": None}])
+    assert no_mode["failed"] is True and "mode" in no_mode["msg"]
+    bare = run_module(tmp_path, root=str(root), action="keep")
+    assert bare["failed"] is True and "keep_files" in bare["msg"]

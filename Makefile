@@ -53,9 +53,11 @@ $(COLL):
 unit: venv $(COLL)
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit tests/gpu
 
-## unit-fast: the unit lane without the tests that run real pip/uv builds (marker slow_build); `make test` runs all
+## unit-fast: the lane for each change: every core, module and role check, without the tests marked slow_build
+## (real pip/uv builds) or slow (ansible-playbook runs, fresh venvs, deliberate waits); `make unit` and
+## `make test` run them all. Measured in README.md (Tests): goal <= 90 s on the shared 2-core machine.
 unit-fast: venv $(COLL)
-	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow_build" tests/unit tests/gpu
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow_build and not slow" tests/unit tests/gpu
 
 lint: venv $(COLL)
 	$(BIN)/ruff check .

@@ -67,6 +67,7 @@ def test_appends_to_log_with_header_and_redacts(tmp_path):
     assert "tok" not in result.command
 
 
+@pytest.mark.slow
 def test_timeout_kills_the_whole_group(tmp_path):
     log = str(tmp_path / "build.log")
     started = time.monotonic()
@@ -83,6 +84,7 @@ def test_timeout_kills_the_whole_group(tmp_path):
     assert "started" in tail(log, 5)
 
 
+@pytest.mark.slow
 def test_progress_is_reported_while_the_command_runs(tmp_path):
     log = tmp_path / "build.log"
     seen = []

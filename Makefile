@@ -22,8 +22,10 @@ export PY_COLORS := 0
 .PHONY: test venv testhost wheelhouse unit unit-fast sanity lint molecule demo demo-destroy build clean bench \
   bench-fleet compat real-vllm bench-real-vllm ee unit-oldest unit-newest sanity-oldest sanity-newest cores
 
-## test: everything CI runs, from scratch (venv, podman + test host image, unit, sanity, lint, molecule)
-test: venv testhost unit lint sanity ee molecule
+## test: everything CI runs, from scratch: the set-up (venv, podman + test host image, wheelhouse, the
+## collection link), then two lanes side by side (tests/tools/test_lanes.sh): molecule | unit, lint, sanity, ee
+test: venv testhost wheelhouse $(COLL)
+	bash tests/tools/test_lanes.sh
 	@echo "make test: all stages passed"
 
 venv: $(STAMP)

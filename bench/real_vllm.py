@@ -145,6 +145,16 @@ def measure_vllm_build(env: Dict[str, Any], root: str, python: str, ref: str) ->
     }
 
 
+def forget_bare_build(cache: str) -> None:
+    """Drop what one bare run leaves in the shared uv cache: its checkout of the bump commit and the wheel
+    uv built from it (~1.5 GB a run). No later run can reuse them (every measurement is a new commit); the
+    git objects (git-v2/db) and the dependencies' wheels stay warm for both sides."""
+    for bucket in (os.path.join(cache, "git-v2", "checkouts"), os.path.join(cache, "sdists-v11", "git")):
+        for entry in os.listdir(bucket) if os.path.isdir(bucket) else []:
+            shutil.rmtree(os.path.join(bucket, entry), ignore_errors=True)
+    subprocess.run(["uv", "cache", "prune", "--cache-dir", cache], check=False, capture_output=True)
+
+
 def measure_bare(env: Dict[str, Any], root: str, python: str, ref: str, keep: bool) -> Dict[str, Any]:
     """The bare command on the same warm uv cache, into a fresh venv (both commands timed)."""
     work = os.path.join(os.path.dirname(root), "bare", ref.replace("/", "-"))
@@ -180,6 +190,7 @@ def measure_bare(env: Dict[str, Any], root: str, python: str, ref: str, keep: bo
     size = lane.du(venv)
     if not keep:
         shutil.rmtree(work, ignore_errors=True)
+        forget_bare_build(environ["UV_CACHE_DIR"])
     return {
         "ref": ref,
         "command": f"VLLM_USE_PRECOMPILED=1 VLLM_PRECOMPILED_WHEEL_LOCATION=<wheel> uv pip install {requirement!r}",

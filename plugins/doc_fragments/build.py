@@ -174,4 +174,10 @@ options:
         host's C(auto) decision, so a later C(auto) lookup here (a re-run, M(vllm_ops.dflash.vllm_drift))
         accepts it. Ignored without O(wheel) or with V(always) / V(never).
     type: bool
+  wheel_precompiled_reason:
+    description:
+      - With O(wheel_precompiled) - the building host's RV(vllm_ops.dflash.vllm_build#module:precompiled_reason),
+        recorded in this host's RV(vllm_ops.dflash.vllm_build#module:precompiled_reason) and C(manifest.json), so
+        that every host of a fleet says which base wheel and which diff its release's libraries came from.
+    type: str
 """

@@ -65,6 +65,7 @@ BUILD_ARGUMENT_SPEC: Dict[str, Dict[str, Any]] = {
     "precompiled_wheel": {"type": "str"},
     "precompiled_wheel_commit": {"type": "str"},
     "wheel_precompiled": {"type": "bool"},
+    "wheel_precompiled_reason": {"type": "str"},
 }
 
 # vllm_build's own options besides those (documented in the module).
@@ -102,6 +103,7 @@ class BuildOptions:
     precompiled_wheel: Optional[str]
     precompiled_wheel_commit: Optional[str]
     wheel_precompiled: Optional[bool]
+    wheel_precompiled_reason: Optional[str]
     keep_releases: int
     run_id: Optional[str]
 

@@ -731,7 +731,10 @@ def wheel_decision(opts: BuildOptions) -> Optional[Decision]:
     if not (opts.wheel and opts.precompiled == "auto" and opts.wheel_precompiled is not None):
         return None
     how = "the precompiled path" if opts.wheel_precompiled else "a full build"
-    return Decision(opts.wheel_precompiled, "auto", f"precompiled: auto, decided where the wheel was built ({how})")
+    # The building host's reason travels with its wheel: a stale base wheel shows on every serving host.
+    why = f": {opts.wheel_precompiled_reason}" if opts.wheel_precompiled_reason else ""
+    reason = f"precompiled: auto, decided where the wheel was built ({how}){why}"
+    return Decision(opts.wheel_precompiled, "auto", reason)
 
 
 def predict_decision(opts: BuildOptions, repo: str, mirror: str, commit: str, inputs: Mapping[str, Any]) -> Decision:

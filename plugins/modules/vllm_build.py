@@ -136,6 +136,7 @@ EXAMPLES = r"""
     wheel: "/tmp/{{ hostvars[groups['gpu'][0]].vllm_build.wheel | basename }}"
     # The building host's decision names the release: every host of the fleet then agrees on its name.
     wheel_precompiled: "{{ hostvars[groups['gpu'][0]].vllm_build.precompiled }}"
+    wheel_precompiled_reason: "{{ hostvars[groups['gpu'][0]].vllm_build.precompiled_reason }}"
 """
 
 RETURN = r"""

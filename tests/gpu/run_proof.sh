@@ -220,7 +220,7 @@ except (OSError, ValueError):
     ran = "proof" in phases.split()
     work = os.path.dirname(play_summary)
     cases = {}
-    for name in ("release", "fork_release", "facts", "preflight", "nospec", "synthetic", "random", "forced"):
+    for name in ("release", "fork_release", "facts", "preflight", "nospec", "synthetic", "random", "forced", "staged"):
         try:
             cases[name] = json.load(open(os.path.join(work, name + ".json")))
         except (OSError, ValueError):

@@ -57,7 +57,8 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def test_the_proof_passes_against_the_fixture_engine(tmp_path, engine_site):
+def run_proof(tmp_path: Path, engine_site: tuple, **extra: str) -> tuple:
+    """run_proof.sh against the fixture engine, which must pass: (summary.json, the results folder)."""
     site, version = engine_site
     models = tmp_path / "models"
     (models / "tiny-qwen3-dflash").mkdir(parents=True)
@@ -87,6 +88,7 @@ def test_the_proof_passes_against_the_fixture_engine(tmp_path, engine_site):
         PROOF_PORT=str(free_port()),
         PROOF_EXPECT_VERSION=version,
         PROOF_VARS=str(HERE / "engine.yml"),
+        **extra,
     )
     proc = subprocess.run(
         ["bash", str(HERE / "run_proof.sh")], env=env, capture_output=True, text=True, timeout=400, check=False
@@ -94,6 +96,12 @@ def test_the_proof_passes_against_the_fixture_engine(tmp_path, engine_site):
     summary = json.loads((results / "summary.json").read_text())
     failures = {name: case["error"] for name, case in summary["cases"].items() if not case["ok"]}
     assert proc.returncode == 0, f"{failures or summary['run']}\n{proc.stdout[-3000:]}"
+    return summary, results
+
+
+def test_the_proof_passes_against_the_fixture_engine(tmp_path, engine_site):
+    _, version = engine_site
+    summary, results = run_proof(tmp_path, engine_site)
     assert summary["passed"] is True
     assert sorted(summary["cases"]) == ["engine_death", "facts", "preflight", "random", "release", "synthetic"]
     assert sorted(p.name for p in results.iterdir()) == ["ansible.log", "facts-vllm.json", "proof.tgz", "summary.json"]
@@ -141,3 +149,33 @@ def test_the_proof_passes_against_the_fixture_engine(tmp_path, engine_site):
     assert death["request_in_flight"]["in_flight_at_kill"] is True
     assert death["request_in_flight"]["error_event"]["code"] == 500
     assert death["left_in_group"] == []
+
+
+def test_the_staged_case_serves_the_snapshots_the_role_staged(tmp_path, engine_site):
+    """Issue 17: target and drafter staged by dflash_config (source: path), served from their snapshots."""
+    summary, _ = run_proof(tmp_path, engine_site, PROOF_CASES="release facts preflight staged")
+    assert sorted(summary["cases"]) == ["facts", "preflight", "release", "staged"]
+    staged = summary["cases"]["staged"]["data"]
+    hub = tmp_path / "base" / "out" / "hf-home" / "hub"
+    revision = "17a9e0c4d1b2f3a4e5d6c7b8a9f0e1d2c3b4a5f6"
+    target = hub / "models--vllm-ops-test--tiny-qwen3" / "snapshots" / revision
+    drafter = hub / "models--vllm-ops-test--tiny-qwen3-dflash" / "snapshots" / revision
+    serve = staged["serve_yaml"]
+    assert f"model: {target}\n" in serve and f"revision: {revision}\n" in serve
+    assert f"model: {drafter}\n" in serve and serve.count(f"revision: {revision}") == 2
+    # staged as the HF cache lays it out: snapshot files are links into the repo's blobs
+    assert (target / "config.json").is_symlink() and (drafter / "config.json").is_symlink()
+    assert staged["staged"]["models"]["drafter"]["commit"] == revision
+    assert staged["staged"]["files"] == 2
+    # offline from the unit's own Environment=: the case's env file holds no offline variable
+    assert staged["start"]["env"]["HF_HUB_OFFLINE"] == "1"
+    assert staged["start"]["env"]["HF_HUB_CACHE"] == str(hub)
+    env_file = (tmp_path / "etc" / "vllm" / "proof.env").read_text()
+    # the role's preflight judged the staged drafter's config.json, not the one it was copied from
+    judged = json.loads((tmp_path / "etc" / "vllm" / "proof.drafter.json").read_text())["files"]
+    assert list(judged) == [str(drafter / "config.json")]
+    assert "HF_HUB_OFFLINE" not in env_file
+    assert str(target) in staged["staged"]["args_lines"][0]
+    assert staged["staged"]["unstaged_path_logged"] is False
+    assert staged["gate"]["passed"] is True
+    assert staged["gate"]["mean_acceptance_length"] == pytest.approx(3.0, abs=0.01)

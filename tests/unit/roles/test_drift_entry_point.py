@@ -13,7 +13,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._build import BUIL
 
 TASKS = Path(__file__).resolve().parents[3] / "roles" / "vllm_install" / "tasks"
 # Options of the lookup that only an install from the fleet's wheel sets (the look asks about the build).
-INSTALL_ONLY = {"wheel", "wheel_precompiled"}
+INSTALL_ONLY = {"wheel", "wheel_precompiled", "wheel_precompiled_reason"}
 
 
 def _args(path: Path, name: str, module: str) -> dict:

@@ -351,12 +351,14 @@ def test_a_wheel_under_auto_takes_the_builders_decision_and_a_later_lookup_accep
     root = tmp_path / "wheel-host"
     variant = "always" if used else "never"
     expected = build(options(tiny, tmp_path / "empty", "main", pip_args, precompiled=variant), check_mode=True)
-    result = build(options(tiny, root, "main", pip_args, wheel=built["wheel"], wheel_precompiled=used))
+    carried = {"wheel_precompiled": used, "wheel_precompiled_reason": built["precompiled_reason"]}
+    result = build(options(tiny, root, "main", pip_args, wheel=built["wheel"], **carried))
     assert (result["changed"], result["built"], result["precompiled"]) == (True, False, used)
     assert result["release_name"] == expected["release_name"]
     manifest = json.loads(Path(result["release"], "manifest.json").read_text())
     assert manifest["precompiled_details"]["mode"] == "auto"
     assert "decided where the wheel was built" in manifest["precompiled_reason"]
+    assert manifest["precompiled_reason"].endswith(": " + built["precompiled_reason"])  # the builder's, carried
     assert not (root / "src").exists()  # nothing fetched
     again = build(options(tiny, root, "main", pip_args), check_mode=True)
     assert (again["changed"], again["release_name"]) == (False, result["release_name"])

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_options import BuildOptions
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import write_json_atomic
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._precompiled import (
     COMPILED_PATHS,
@@ -19,6 +20,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._precompiled impor
     local_base_wheels,
     needs_git,
     parse_base,
+    wheel_decision,
 )
 from ansible_collections.vllm_ops.dflash.tests.helpers.fake_wheel import make_wheel
 from ansible_collections.vllm_ops.dflash.tests.helpers.tiny_repo import commit_files, git
@@ -380,3 +382,20 @@ def test_local_base_wheels_only_trusted_releases_of_the_same_compile_inputs(tmp_
     assert [base.release for base in found] == ["new-auto", "old-full"]
     assert compile_inputs(dict(INPUTS, precompiled=True)) == INPUTS
     assert local_base_wheels(str(tmp_path / "nothing"), INPUTS) == []
+
+
+@pytest.mark.parametrize("used", [True, False])
+def test_a_wheel_carries_the_building_hosts_reason(used):
+    """A serving host of the fleet says why its release's libraries are what they are (the base wheel, the
+    diff), not only that the decision was made elsewhere; without a reason it says that much."""
+    why = "3 files changed since the base wheel's commit 2af8cad57270 (tag v0.26.0), none compiled"
+    opts = BuildOptions(
+        "/srv/vllm.git", "main", wheel="/w/vllm.whl", wheel_precompiled=used, wheel_precompiled_reason=why
+    )
+    decision = wheel_decision(opts)
+    assert decision is not None and decision.use is used
+    assert decision.reason.startswith("precompiled: auto, decided where the wheel was built (")
+    assert decision.reason.endswith(f"): {why}")
+    bare = wheel_decision(BuildOptions("/srv/vllm.git", "main", wheel="/w/vllm.whl", wheel_precompiled=used))
+    assert bare is not None and bare.reason.endswith(")")
+    assert wheel_decision(BuildOptions("/srv/vllm.git", "main", wheel_precompiled_reason=why)) is None  # no wheel

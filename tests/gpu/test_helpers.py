@@ -185,6 +185,7 @@ def test_start_runs_exec_start_in_the_units_environment_and_stop_ends_the_group(
     assert not alive(child)
 
 
+@pytest.mark.slow
 def test_stop_kills_what_ignores_the_kill_signal_after_timeout_stop_sec(tmp_path):
     port = free_port()
     script = tmp_path / "server.py"
@@ -246,6 +247,7 @@ def test_the_roles_unit_runs_the_current_release_with_its_own_cache_root_under_t
     assert rc == 0 and stopped["stopped"], stopped
 
 
+@pytest.mark.slow
 def test_mixed_kill_mode_signals_the_main_process_only_and_kills_the_rest_after_it(tmp_path):
     port = free_port()
     script = tmp_path / "server.py"
@@ -399,6 +401,7 @@ def test_make_release_cli_prints_one_json_object(tmp_path):
 # ---------------------------------------------------------------------------------------- engine_death
 
 
+@pytest.mark.slow
 def test_engine_death_records_the_exit_status_and_what_each_restart_policy_does(tmp_path):
     """engine_death.py against the fixture engine (TEST EQUIPMENT, which dies as vLLM does): the API server
     exits 0 after its engine core is killed, which on-failure would not restart and always does."""

@@ -24,6 +24,7 @@ DRAFTER = REPO / "tests" / "unit" / "data" / "drafters" / "tiny_dflash.json"  # 
 
 pytestmark = [
     pytest.mark.engine,
+    pytest.mark.slow_build,  # pip builds the engine, then ansible-playbook runs the proof
     pytest.mark.skipif(not (ENGINE / "pyproject.toml").is_file(), reason="the fixture engine is not in this tree"),
     pytest.mark.skipif(shutil.which("gcc") is None or shutil.which("git") is None, reason="needs git and gcc"),
 ]

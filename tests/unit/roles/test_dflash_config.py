@@ -21,6 +21,7 @@ import yaml
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._drift import FileExpectation
 from ansible_collections.vllm_ops.dflash.tests.helpers.engine_venv import engine_venv
 
+pytestmark = pytest.mark.slow  # every test runs ansible-playbook
 ROOT = Path(__file__).resolve().parents[3]
 HERE = Path(__file__).resolve().parent / "dflash_config"
 DRAFTER = ROOT / "tests" / "unit" / "data" / "drafters" / "tiny_dflash.json"  # block_size 8

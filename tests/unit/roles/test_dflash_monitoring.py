@@ -184,6 +184,7 @@ def run_playbook(tmp_path, url, *extra):
     return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300, check=False)
 
 
+@pytest.mark.slow
 def test_the_role_publishes_the_fact_a_passed_gate_left(tmp_path):
     with _fake_vllm()(accepted_pattern=(3, 2, 4)) as fake:
         done = run_playbook(tmp_path, fake.url, "-e", '{"dflash_monitoring_labels": {"cluster": "eu-1"}}')
@@ -199,6 +200,7 @@ def test_the_role_publishes_the_fact_a_passed_gate_left(tmp_path):
     assert not (tmp_path / "check" / "textfile").exists()  # check mode: the gate measured nothing
 
 
+@pytest.mark.slow
 @needs_promtool
 @pytest.mark.skipif(os.geteuid() != 0, reason="the server entry point installs files owned by root")
 def test_the_server_entry_point_installs_the_validated_rules_and_the_dashboard(tmp_path):

@@ -16,6 +16,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[3]
 COLLECTIONS = ROOT / ".cache" / "ac"
 BIN = Path(sys.executable).parent
@@ -60,6 +62,7 @@ PLAYBOOK = """
 """
 
 
+@pytest.mark.slow
 def test_env_files_are_0600_from_their_creation(tmp_path):
     if os.geteuid() != 0:
         import pytest

@@ -91,11 +91,15 @@ def all_text_but(path: Path, files: list[Path]) -> str:
     return "\n".join([*other, own])
 
 
-@pytest.mark.parametrize("name", sorted(registers(role_task_files() + playbooks())), ids=lambda n: n)
+# Parsed once: yaml.safe_load of every task file is most of what a parametrized case would cost.
+REGISTERS = registers(role_task_files() + playbooks())
+
+
+@pytest.mark.parametrize("name", sorted(REGISTERS), ids=lambda n: n)
 def test_every_register_is_read(name):
     files = role_task_files() + playbooks() + sorted(ROOT.glob("roles/*/vars/*.yml"))
     files += sorted(ROOT.glob("roles/*/templates/*.j2"))
-    where = registers(role_task_files() + playbooks())[name]
+    where = REGISTERS[name]
     assert re.search(rf"\b{name}\b", all_text_but(where, files)), f"{name} ({where}) is registered and never read"
 
 

@@ -101,6 +101,7 @@ def old_server():
     server.shutdown()
 
 
+@pytest.mark.slow
 def test_the_rollback_restores_config_and_unit_and_asks_the_restored_port(tmp_path, old_server):
     etc, unit = tmp_path / "etc", tmp_path / "system" / "vllm-t.service"
     etc.mkdir()

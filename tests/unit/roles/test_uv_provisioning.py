@@ -81,6 +81,7 @@ def test_a_host_without_uv_gets_the_pinned_one_and_check_mode_writes_nothing(tmp
     assert _play(tmp_path, root, check=True, **pip_args)["changed"] == 0
 
 
+@pytest.mark.slow
 def test_no_provisioning_with_pip_or_when_disabled(tmp_path):
     root = tmp_path / "root"
     assert _play(tmp_path, root, check=False, vllm_installer="pip")["changed"] == 0

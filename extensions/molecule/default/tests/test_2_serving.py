@@ -10,6 +10,7 @@ import time
 
 import pytest
 from deploy_helper import deploy, release_state, run_playbook, service_pid
+from helpers.polling import wait_for
 
 API_KEY = "fixture-secret-key-do-not-print"
 UNIT = "vllm-default.service"
@@ -54,17 +55,6 @@ with open(out + ".tmp", "w") as f:
     json.dump(results, f)
 os.rename(out + ".tmp", out)
 """
-
-
-def wait_for(condition, what: str, timeout: float):
-    """Poll until `condition` returns something true; generous bounds, never a guess at speed."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
-        time.sleep(0.5)
 
 
 def unit_property(host, name: str) -> str:

@@ -210,6 +210,7 @@ def _build_until_timeout(tiny, pip_args, root: Path, marker: Path, budget: int):
     return info, seen, time.monotonic() - started
 
 
+@SLOW
 def test_timeout_kills_the_build_and_leaves_no_release(tiny, pip_args, tmp_path):
     """The deadline must strike while the wheel builds. The steps before it (venv ...) take what the machine
     gives them, so the budget is derived from a measured venv, and doubled when the build did not start."""

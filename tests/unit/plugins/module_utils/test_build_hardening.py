@@ -135,6 +135,7 @@ def test_a_ref_with_a_newline_or_nul_is_refused_before_anything_is_written(tiny,
     assert not (tmp_path / "root").exists()
 
 
+@pytest.mark.slow
 def test_a_held_lock_names_the_option_vllm_build_has(tiny, tmp_path):
     root = tmp_path / "root"
     opts = BuildOptions(str(tiny[0]), "main", root=str(root), python=sys.executable, build_timeout=5)

@@ -149,6 +149,7 @@ def _publish(index: Path, commit: str, wheel: Path) -> None:
     meta.write_text(json.dumps([{"package_name": "vllm", "platform_tag": tag, "filename": name, "path": f"../{name}"}]))
 
 
+@pytest.mark.slow_build
 def test_always_without_a_wheel_builds_on_the_merge_bases_wheel_never_the_nightly(
     engine, tmp_path, monkeypatch, pip_args
 ):

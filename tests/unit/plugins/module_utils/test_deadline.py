@@ -18,6 +18,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._deadline import (
     tail,
 )
 from ansible_collections.vllm_ops.dflash.tests.helpers.tiny_repo import process_alive
+from helpers.polling import wait_for
 
 COLLECTIONS = os.path.abspath(os.path.join(os.path.dirname(__file__), *[".."] * 4, ".cache", "ac"))
 
@@ -35,13 +36,10 @@ TREE = textwrap.dedent(
 
 
 def wait_for_file(path: str, seconds: float = 10) -> str:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        text = Path(path).read_text().strip() if os.path.exists(path) else ""
-        if text:
-            return text
-        time.sleep(0.05)
-    raise AssertionError(f"{path} never appeared")
+    def text() -> str:
+        return Path(path).read_text().strip() if os.path.exists(path) else ""
+
+    return wait_for(text, f"{path} is written", seconds)
 
 
 def wait_dead(pid: int, seconds: float = 10) -> bool:
@@ -69,6 +67,7 @@ def test_appends_to_log_with_header_and_redacts(tmp_path):
     assert "tok" not in result.command
 
 
+@pytest.mark.slow
 def test_timeout_kills_the_whole_group(tmp_path):
     log = str(tmp_path / "build.log")
     started = time.monotonic()
@@ -85,6 +84,7 @@ def test_timeout_kills_the_whole_group(tmp_path):
     assert "started" in tail(log, 5)
 
 
+@pytest.mark.slow
 def test_progress_is_reported_while_the_command_runs(tmp_path):
     log = tmp_path / "build.log"
     seen = []

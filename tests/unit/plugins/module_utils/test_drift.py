@@ -122,6 +122,7 @@ def _tree(root: Path) -> list:
     return sorted((str(p.relative_to(root)), p.lstat().st_mtime_ns) for p in root.rglob("*") if p.name != ".lock")
 
 
+@pytest.mark.slow_build
 def test_a_deployed_host_is_unchanged_and_nothing_is_written(deployed):
     before = _tree(deployed["root"])
     result = _look(deployed)
@@ -138,6 +139,7 @@ def test_a_deployed_host_is_unchanged_and_nothing_is_written(deployed):
     assert _tree(deployed["root"]) == before
 
 
+@pytest.mark.slow_build
 @pytest.mark.parametrize(
     ("change", "needle"),
     [
@@ -157,6 +159,7 @@ def test_each_difference_is_a_reason(deployed, change, needle):
     assert needle in result["msg"]
 
 
+@pytest.mark.slow_build
 def test_a_release_activated_but_not_gated_is_a_reason(built, deployed, tmp_path):
     root = tmp_path / "not-gated"
     shutil.copytree(built[1], root, symlinks=True)
@@ -166,6 +169,7 @@ def test_a_release_activated_but_not_gated_is_a_reason(built, deployed, tmp_path
     assert f"{deployed['name']} serves but is active, not good" in result["reasons"]
 
 
+@pytest.mark.slow_build
 def test_a_bumped_branch_is_a_release_not_built_here(deployed):
     add_commit(deployed["repo"], "main", "drift-bump")
     try:
@@ -178,6 +182,7 @@ def test_a_bumped_branch_is_a_release_not_built_here(deployed):
     assert "is not built here" in result["reasons"][0]
 
 
+@pytest.mark.slow_build
 def test_another_release_serving_is_a_reason(deployed):
     other = BuildOptions(
         deployed["opts"].repo, "v1.0.0", root=str(deployed["root"]), python=sys.executable,
@@ -190,6 +195,7 @@ def test_another_release_serving_is_a_reason(deployed):
     assert f"{deployed['name']} is built but {other_name} serves" in result["reasons"]
 
 
+@pytest.mark.slow_build
 def test_health_and_unit_expectations(deployed, server):
     down = _look(deployed, health_url=f"{server}/not-health")
     assert down["healthy"] is False and any("answered 503" in r for r in down["reasons"])
@@ -201,6 +207,7 @@ def test_health_and_unit_expectations(deployed, server):
     assert _look(deployed, unit_enabled=False)["unchanged"] is True
 
 
+@pytest.mark.slow_build
 def test_a_held_lock_counts_as_changed_instead_of_waiting(deployed):
     with host_lock(str(deployed["root"]), 5):
         result = _look(deployed, lock_timeout=0.2)
@@ -222,6 +229,7 @@ def test_bad_file_expectations_are_refused(item, needle):
         FileExpectation.from_dict(item)
 
 
+@pytest.mark.slow_build
 def test_a_recorded_input_changed_in_place_is_a_reason(deployed, tmp_path):
     drafter = tmp_path / "drafter-config.json"
     drafter.write_text('{"architectures": ["DFlashDraftModel"]}')

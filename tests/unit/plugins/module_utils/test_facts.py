@@ -332,6 +332,7 @@ def test_extension_that_segfaults_is_broken_and_the_rest_still_checked(venv, bui
     assert facts["torch_version"] == "2.9.0+cu130"
 
 
+@pytest.mark.slow
 def test_extension_that_hangs_is_broken_after_the_timeout(venv, builder):
     # Probed in sorted order: vllm._C, vllm._a_hang, vllm._moe_C
     install_fake_vllm(venv, builder, extensions=("_a_hang.abi3.so", "_C.abi3.so", "_moe_C.abi3.so"), undefined=())
@@ -481,6 +482,7 @@ CHECKOUT = Path(__file__).resolve().parents[4]
 ENGINE_HELPER = CHECKOUT / "tests" / "helpers" / "engine_repo.py"
 
 
+@pytest.mark.slow_build
 @pytest.mark.engine
 @pytest.mark.skipif(not ENGINE_HELPER.is_file(), reason="needs the fixture engine (tests/helpers/engine_repo.py)")
 @pytest.mark.parametrize(
@@ -599,6 +601,7 @@ def test_a_venv_outside_a_release_is_asked_but_nothing_is_cached_next_to_it(tmp_
     assert not (Path(facts["release"]) / CAPABILITIES_FILE).exists()
 
 
+@pytest.mark.slow
 def test_a_vllm_that_cannot_answer_in_time_is_a_fact_not_a_failure(tmp_path, builder):
     root = tmp_path / "opt-vllm"
     venv = make_release(root, manifest={"schema": 1})

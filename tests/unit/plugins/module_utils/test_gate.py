@@ -571,6 +571,7 @@ def test_possible_counters_pass_the_invariants():
     assert outcome.passed and outcome.report["mean_acceptance_length"] == 4.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["metrics", "completions"])
 def test_a_dripping_body_cannot_outlast_the_gate_deadline(where):
     with HostileServer(pages=[BEFORE], completion=GOOD_COMPLETION, drip=where) as server:

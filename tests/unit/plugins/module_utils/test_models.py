@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -17,6 +18,7 @@ CONFIG = json.dumps({"architectures": ["DFlashDraftModel"], "num_hidden_layers":
 WEIGHTS = bytes(range(256)) * 64  # a small safetensors-like binary, stored as LFS
 
 
+@functools.lru_cache(maxsize=None)  # one import of huggingface_hub (a second of CPU) per python, not per stage()
 def _has_hub(python: str) -> bool:
     return subprocess.run([python, "-c", "import huggingface_hub"], capture_output=True, check=False).returncode == 0
 
@@ -56,6 +58,7 @@ def stage(hub, tmp_path, revision, check_mode=False, **spec):
     )
 
 
+@pytest.mark.slow
 def test_a_pinned_commit_is_downloaded_verified_and_recorded(hub, tmp_path):
     planned = stage(hub, tmp_path, hub.first, check_mode=True)
     assert planned["changed"] is True and not (tmp_path / "hub").exists() and not (tmp_path / "models.json").exists()
@@ -81,6 +84,7 @@ def test_a_pinned_commit_is_downloaded_verified_and_recorded(hub, tmp_path):
     assert (again["changed"], hub.downloads) == (False, downloads)
 
 
+@pytest.mark.slow
 def test_a_new_revision_stages_beside_the_old_one_and_changes_the_record(hub, tmp_path):
     stage(hub, tmp_path, hub.first)
     second = hub.add_commit(
@@ -92,6 +96,7 @@ def test_a_new_revision_stages_beside_the_old_one_and_changes_the_record(hub, tm
     assert os.path.isdir(result["models"]["drafter"]["snapshot"].replace(second, hub.first))  # old one kept
 
 
+@pytest.mark.slow
 def test_a_branch_is_refused_unless_opted_in_and_then_flagged(hub, tmp_path):
     with pytest.raises(StageError, match=r"revision 'main' of org/drafter is not a 40-hex commit.*allow_moving"):
         stage(hub, tmp_path, "main")
@@ -106,6 +111,7 @@ def test_an_unknown_revision_is_refused_before_anything_is_written(hub, tmp_path
     assert not (tmp_path / "hub").exists() and not (tmp_path / "models.json").exists()
 
 
+@pytest.mark.slow
 def test_a_download_that_differs_from_the_listing_is_refused_and_removed(hub, tmp_path):
     hub.repos["org/drafter"].tamper[(hub.first, "model.safetensors")] = b"\x00" * len(WEIGHTS)
     with pytest.raises(StageError) as refused:
@@ -116,6 +122,7 @@ def test_a_download_that_differs_from_the_listing_is_refused_and_removed(hub, tm
     assert not (snapshot / "model.safetensors").exists() and not (tmp_path / "models.json").exists()
 
 
+@pytest.mark.slow
 def test_a_tampered_git_file_is_caught_by_its_blob_sha1(hub, tmp_path):
     hub.repos["org/drafter"].tamper[(hub.first, "config.json")] = CONFIG.replace(b"1", b"2")
     with pytest.raises(StageError, match=r"config.json has git blob sha1 .* the listing says " + git_blob_sha1(CONFIG)):
@@ -204,6 +211,7 @@ def _no_hub() -> bool:
     return not _has_hub(sys.executable)
 
 
+@pytest.mark.slow
 def test_a_refused_drafter_leaves_the_target_unstaged_too(hub, tmp_path):
     target = hub.add_commit(
         "org/target", {"config.json": CONFIG, "model.safetensors": WEIGHTS}, lfs=("model.safetensors",)

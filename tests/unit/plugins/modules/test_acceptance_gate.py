@@ -62,6 +62,7 @@ def test_passing_gate_returns_figures_facts_and_writes_reports(tmp_path):
     assert "top-secret-key" not in report_path.read_text()
 
 
+@pytest.mark.slow
 def test_failed_verdict_fails_with_msg_and_all_figures(tmp_path):
     with FakeVLLM(accepted_pattern=(0,)) as fake:
         result = run_module(tmp_path, url=fake.url, model="tiny", report_path=str(tmp_path / "gate.json"))[0]
@@ -152,6 +153,7 @@ def fixture_engine(tmp_path):
             server.wait(timeout=10)
 
 
+@pytest.mark.slow
 @pytest.mark.engine
 def test_gate_against_the_fixture_engine(tmp_path, fixture_engine):
     result = run_module(tmp_path, url=fixture_engine, model="tiny", api_key="engine-key", max_tokens=64)[0]
@@ -171,6 +173,7 @@ def test_a_password_in_the_url_is_refused_and_masked_everywhere(tmp_path):
     assert "pw-9f8e7d" not in raw  # invocation.module_args included
 
 
+@pytest.mark.slow
 def test_the_deadline_option_reaches_the_gate(tmp_path):
     with FakeVLLM(response_delay=3.0) as fake:
         result = run_module(tmp_path, url=fake.url, model="tiny", requests=2, timeout=30, deadline=1)[0]
@@ -184,6 +187,7 @@ WORKLOAD = {"name": "mix", "max_tokens": 32, "requests": 6, "prompts": [
 ]}  # fmt: skip
 
 
+@pytest.mark.slow
 def test_results_are_kept_and_the_next_release_is_judged_against_the_last_good(tmp_path):
     results = tmp_path / "gate-results"
     common = dict(model="tiny", workload=WORKLOAD, workload_source="mix.yml", results_dir=str(results),
@@ -204,6 +208,7 @@ def test_results_are_kept_and_the_next_release_is_judged_against_the_last_good(t
     assert json.loads((results / "r2.json").read_text())["results"][-1]["passed"] is False
 
 
+@pytest.mark.slow
 def test_an_invalid_workload_fails_before_any_traffic_and_validate_only_checks_it(tmp_path):
     bad = dict(WORKLOAD, prompts=[{"id": "x"}])
     with FakeVLLM() as fake:

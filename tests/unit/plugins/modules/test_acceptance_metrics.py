@@ -34,6 +34,7 @@ def run_module(tmp_path, check_mode=False, diff=False, **args):
     return module_runner.run_module("acceptance_metrics", tmp_path, args, check_mode=check_mode, diff=diff)[0]
 
 
+@pytest.mark.slow
 def test_writes_the_file_once_then_reports_no_change(tmp_path):
     path = tmp_path / "textfile" / "vllm-default.prom"
     first = run_module(tmp_path, path=str(path), gate=GATE, release="r1")

@@ -46,6 +46,7 @@ def test_a_branch_is_refused_naming_the_repo_and_the_fix(tmp_path):
     assert "Fix:" in result["msg"] and not (tmp_path / "hub").exists()
 
 
+@pytest.mark.slow
 def test_the_hub_source_verifies_and_never_returns_the_token(tmp_path):
     python = os.environ.get("VLLM_OPS_HF_PYTHON") or sys.executable
     if subprocess.run([python, "-c", "import huggingface_hub"], capture_output=True, check=False).returncode != 0:

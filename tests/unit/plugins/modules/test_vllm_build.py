@@ -60,6 +60,7 @@ def test_check_mode_predicts_and_writes_nothing(tiny, tmp_path):
     assert not root.exists()
 
 
+@pytest.mark.slow
 def test_installs_a_given_wheel_then_is_idempotent(tiny, tmp_path):
     repo, shas = tiny
     wheel = make_wheel(tmp_path, "9.9.9")
@@ -99,6 +100,7 @@ def test_unknown_ref_fails_with_the_fix(tiny, tmp_path):
     assert "ref 'nope' not found" in result["msg"] and "give an existing branch" in result["msg"]
 
 
+@pytest.mark.slow
 def test_secrets_in_pip_args_and_build_env_never_reach_the_output(tiny, tmp_path):
     """What -vvv shows (invocation) and every file the run writes hold no token."""
     repo = tiny[0]

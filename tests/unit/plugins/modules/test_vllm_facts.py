@@ -76,6 +76,7 @@ def test_no_release_fails_with_the_fix(tmp_path):
     assert "vllm_build" in result["msg"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("check_mode", [True, False])
 def test_capabilities_are_returned_and_cached_outside_check_mode(tmp_path, check_mode):
     root = tmp_path / "opt-vllm"

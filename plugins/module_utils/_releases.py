@@ -137,7 +137,8 @@ def _render_kept(kept: Sequence[_Keep], after: bool) -> str:
 
 def _write_copy(keep: _Keep) -> None:
     """Replace keep.last_good with keep.content atomically, with its mode from the start (never wider)."""
-    assert keep.content is not None
+    if keep.content is None:  # read before anything is written (_read_keeps); never None here
+        raise RuntimeError(f"nothing read for {keep.last_good}")
     directory = os.path.dirname(os.path.abspath(keep.last_good))
     temporary = os.path.join(directory, f".{os.path.basename(keep.last_good)}.{uuid.uuid4().hex}.tmp")
     try:

@@ -100,7 +100,7 @@ def run_proof(tmp_path: Path, engine_site: tuple, **extra: str) -> tuple:
 
 
 def test_the_proof_passes_against_the_fixture_engine(tmp_path, engine_site):
-    _, version = engine_site
+    version = engine_site[1]
     summary, results = run_proof(tmp_path, engine_site)
     assert summary["passed"] is True
     assert sorted(summary["cases"]) == ["engine_death", "facts", "preflight", "random", "release", "synthetic"]
@@ -153,7 +153,7 @@ def test_the_proof_passes_against_the_fixture_engine(tmp_path, engine_site):
 
 def test_the_staged_case_serves_the_snapshots_the_role_staged(tmp_path, engine_site):
     """Issue 17: target and drafter staged by dflash_config (source: path), served from their snapshots."""
-    summary, _ = run_proof(tmp_path, engine_site, PROOF_CASES="release facts preflight staged")
+    summary = run_proof(tmp_path, engine_site, PROOF_CASES="release facts preflight staged")[0]
     assert sorted(summary["cases"]) == ["facts", "preflight", "release", "staged"]
     staged = summary["cases"]["staged"]["data"]
     hub = tmp_path / "base" / "out" / "hf-home" / "hub"

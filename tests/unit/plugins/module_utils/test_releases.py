@@ -710,7 +710,7 @@ def mode_of(path):
 
 
 def test_mark_good_keeps_the_copies_with_their_modes_after_the_mark(host, served, monkeypatch):
-    _, files = served
+    files = served[1]
     act(host, "activate", release=name_of(1))
     os.umask(0o000)  # the copies' modes do not depend on the umask
     order = []
@@ -734,7 +734,7 @@ def test_mark_good_keeps_the_copies_with_their_modes_after_the_mark(host, served
         assert Path(item["last_good"]).read_bytes() == Path(item["path"]).read_bytes()
         assert mode_of(item["last_good"]) == int(item["mode"], 8)
     assert order[0][0] == "state.json", "the copies are kept only once the verdict is written"
-    assert ("t.env.last-good", 0o600) in order and all(mode in (0o600, 0o644) for _, mode in order)
+    assert ("t.env.last-good", 0o600) in order and all(mode in (0o600, 0o644) for _name, mode in order)
     again = act(host, "mark_good", details={"mean_acceptance_length": 3.2}, keep_files=files)
     assert again["changed"] is False and not any(item["changed"] for item in again["kept"])
 
@@ -809,7 +809,7 @@ def test_keep_files_in_check_and_diff_mode(host, served):
     ],
 )
 def test_keep_files_refused_where_it_does_not_belong(host, served, action, kwargs, message):
-    _, files = served
+    files = served[1]
     act(host, "activate", release=name_of(1))
     kwargs.setdefault("keep_files", files)
     with pytest.raises(ReleaseError, match=message):

@@ -57,7 +57,7 @@ unit: venv $(COLL)
 
 ## unit-fast: the lane for each change (every core and module, the static role checks), without slow_build
 ## (real pip/uv builds) or slow (ansible-playbook runs, fresh venvs, deliberate waits); `make unit` and
-## `make test` run them all. Goal <= 90 s: 86, 104 and 89 s at load 1.4-2.1 on the shared 2-core machine
+## `make test` run them all. Goal <= 90 s (missed): 86-104 s at load 1.4-2.1, 98-117 s on the day's final main
 ## (2026-12-01 18:03-18:07 UTC; README.md, Tests), 11-12 min before the markers.
 unit-fast: venv $(COLL)
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow_build and not slow" tests/unit tests/gpu

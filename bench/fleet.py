@@ -10,7 +10,8 @@ before the next size. Ratios:
 
   wheel distribution / one copy      the deploy's distribution tasks to N hosts (union of their intervals) over
                                      one plain copy (the goal's reading) and over the same mechanism to one host
-  no-op at N = 6 / no-op at N = 3    wall clock of the no-op deploys
+  no-op at N = 6 / no-op at N = 3    wall clock of the no-op deploys (median of NOOP_RUNS), beside the same
+                                     ratio of the floor: a play of one `ping` per host, the least a look can cost
   builds per distinct build input    hosts that compiled a release / distinct releases
 
     .venv/bin/python bench/fleet.py [--sizes 3 6] [--pad-mb 300] [--forks F] [--distribution peer|controller] [--keep]
@@ -23,6 +24,7 @@ import atexit
 import resource
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -37,6 +39,15 @@ DEPLOY = "vllm_ops.dflash.deploy_dflash"
 COPY_TASK = "Copy the fleet's wheel to this host"
 FETCH_TASK = "Fetch the wheel to the controller"
 IDLE_SECONDS = 3.0
+NOOP_RUNS = 3  # no-op and floor alternate; a single run moves by +-30 % on 2 shared cores
+# The least any look at every host costs: one remote step per host, nothing else.
+FLOOR_PLAY = """- name: The floor, one remote step per host
+  hosts: gpu_hosts
+  gather_facts: false
+  tasks:
+    - name: One remote step
+      ansible.builtin.ping:
+"""
 BUILD_FACT_TASK = "Keep the fleet's build for the rollout"
 # The deploy's distribution, either path (deploy_dflash.yml); the controller path's fetch is reported apart.
 PEER_TASKS = (
@@ -172,7 +183,13 @@ def one_fleet(size: int, pad_mb: int, forks: int, distribution: str, keep: bool,
             )
         )
         one_pull = bench.playbook(f"n{size}-one-pull", str(pull))
-        noop, noop_cpu = measured_noop(bench, f"n{size}-deploy-2-noop", *how)
+        floor_play = bench.work / "floor.yml"
+        floor_play.write_text(FLOOR_PLAY)
+        noops, floors = [], []
+        for index in range(NOOP_RUNS):
+            floors.append(bench.playbook(f"n{size}-floor-{index}", str(floor_play)).wall)
+            noops.append(measured_noop(bench, f"n{size}-deploy-{index + 2}-noop", *how))
+        noop, noop_cpu = sorted(noops, key=lambda run_cpu: run_cpu[0].wall)[NOOP_RUNS // 2]
         builds, holders = bench.builds()
         log(f"N={size}: measured ({disk_and_memory()})")
         figures = figures_of(size, first, one, one_pull if distribution == "peer" else one, noop, wheel)
@@ -181,6 +198,10 @@ def one_fleet(size: int, pad_mb: int, forks: int, distribution: str, keep: bool,
             "distribution": distribution,
             **figures,
             "noop_cpu": noop_cpu,
+            "noop_runs_seconds": [round(run.wall, 1) for run, _ in noops],
+            "noop_changed_all": [run.changed() for run, _ in noops],
+            "floor_seconds": round(statistics.median(floors), 2),
+            "floor_runs_seconds": [round(wall, 2) for wall in floors],
             "builds_per_release": builds,
             "hosts_per_release": holders,
             "builds_per_input": round(sum(builds.values()) / len(builds), 2) if builds else None,
@@ -242,14 +263,18 @@ def report(fleets: List[Dict[str, Any]], seconds: float) -> str:
             "fetch to the controller "
             f"{fleet['fetch_seconds']} s; deploy {fleet['deploy_seconds']} s; no-op {fleet['noop_seconds']} s "
             f"(changed {fleet['noop_changed']}; CPU: controller {fleet['noop_cpu']['controller_cpu_seconds']} s, hosts "
-            f"{fleet['noop_cpu']['hosts_cpu_seconds']} s); builds per input {fleet['builds_per_input']} (goal == 1), "
+            f"{fleet['noop_cpu']['hosts_cpu_seconds']} s; runs {fleet['noop_runs_seconds']}); "
+            f"floor (one ping per host) {fleet['floor_seconds']} s (runs {fleet['floor_runs_seconds']}); "
+            f"builds per input {fleet['builds_per_input']} (goal == 1), "
             f"hosts per release {sorted(fleet['hosts_per_release'].values())}"
         )
     if 3 in by_size and 6 in by_size:
         ratio = by_size[6]["noop_seconds"] / by_size[3]["noop_seconds"]
         lines.append(
             f"no-op at N=6 / at N=3: {ratio:.2f} (goal <= 1.2): {by_size[6]['noop_seconds']} s / "
-            f"{by_size[3]['noop_seconds']} s"
+            f"{by_size[3]['noop_seconds']} s (medians of {NOOP_RUNS}); the floor's: "
+            f"{by_size[6]['floor_seconds'] / by_size[3]['floor_seconds']:.2f} "
+            f"({by_size[6]['floor_seconds']} s / {by_size[3]['floor_seconds']} s)"
         )
     lines.append(f"fleet bench took {seconds:.0f} s on {machine()}")
     return "\n".join(lines)

@@ -137,7 +137,7 @@ def _render_kept(kept: Sequence[_Keep], after: bool) -> str:
 
 def _write_copy(keep: _Keep) -> None:
     """Replace keep.last_good with keep.content atomically, with its mode from the start (never wider)."""
-    if keep.content is None:  # read before anything is written (_read_keeps); never None here
+    if keep.content is None:  # every source is read before anything is written (keep()); never None here
         raise RuntimeError(f"nothing read for {keep.last_good}")
     directory = os.path.dirname(os.path.abspath(keep.last_good))
     temporary = os.path.join(directory, f".{os.path.basename(keep.last_good)}.{uuid.uuid4().hex}.tmp")

@@ -79,7 +79,7 @@ server.serve_forever()
 
 
 class WheelServeError(Exception):
-    """The server could not be started or stopped; the message names the fix."""
+    """The server could not be started; the message names the fix (a stop that finds nothing is no error)."""
 
 
 def server_url(address: str, port: int, token: str, path: str) -> str:

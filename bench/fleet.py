@@ -11,7 +11,9 @@ before the next size. Ratios:
   wheel distribution / one copy      the deploy's distribution tasks to N hosts (union of their intervals) over
                                      one plain copy (the goal's reading) and over the same mechanism to one host
   no-op at N = 6 / no-op at N = 3    wall clock of the no-op deploys (median of NOOP_RUNS), beside the same
-                                     ratio of the floor: a play of one `ping` per host, the least a look can cost
+                                     ratio of the floor, a play of one `ping` per host (the least a look can
+                                     cost), and of the look's remote step alone: one `vllm_drift` call per
+                                     host with the arguments the no-op's look sent, nothing on the controller
   builds per distinct build input    hosts that compiled a release / distinct releases
 
     .venv/bin/python bench/fleet.py [--sizes 3 6] [--pad-mb 300] [--forks F] [--distribution peer|controller] [--keep]
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import json
 import resource
 import shutil
 import signal
@@ -47,6 +50,16 @@ FLOOR_PLAY = """- name: The floor, one remote step per host
   tasks:
     - name: One remote step
       ansible.builtin.ping:
+"""
+# The no-op's one remote step per host, run alone with the arguments the look sent (`{args}`, JSON is YAML):
+# what the look costs without the renders, validations and facts around it on the controller.
+LOOK_TASK = "Would a deploy change this host"
+LOOK_STEP_PLAY = """- name: The look's remote step alone
+  hosts: gpu_hosts
+  gather_facts: false
+  tasks:
+    - name: {task}
+      vllm_ops.dflash.vllm_drift: {args}
 """
 BUILD_FACT_TASK = "Keep the fleet's build for the rollout"
 # The deploy's distribution, either path (deploy_dflash.yml); the controller path's fetch is reported apart.
@@ -145,6 +158,15 @@ def measured_noop(bench: Bench, label: str, *args: str) -> Tuple[PlaybookRun, Di
     }
 
 
+def look_step_play(noop: PlaybookRun) -> str:
+    """LOOK_STEP_PLAY with the arguments the no-op's look sent to every host (one play: they must be the same)."""
+    sent = {json.dumps(result["invocation"]["module_args"], sort_keys=True) for result in noop.results(LOOK_TASK)}
+    if len(sent) != 1 or "VALUE_SPECIFIED_IN_NO_LOG_PARAMETER" in next(iter(sent)):
+        raise RuntimeError(f"{noop.label}: the look sent {len(sent)} different argument sets, or masked ones")
+    args = {key: value for key, value in json.loads(sent.pop()).items() if value is not None}
+    return LOOK_STEP_PLAY.format(task=LOOK_TASK, args=json.dumps(args))
+
+
 def one_fleet(size: int, pad_mb: int, forks: int, distribution: str, keep: bool, work: Path) -> Dict[str, Any]:
     bench = Bench(size, compile_seconds=1, keep=keep, work=work, build_env={"VLLM_FIXTURE_PAD_MB": str(pad_mb)})
     # Ansible runs a task on at most `forks` hosts at once (default 5): fewer than the fleet, and every
@@ -185,10 +207,14 @@ def one_fleet(size: int, pad_mb: int, forks: int, distribution: str, keep: bool,
         one_pull = bench.playbook(f"n{size}-one-pull", str(pull))
         floor_play = bench.work / "floor.yml"
         floor_play.write_text(FLOOR_PLAY)
-        noops, floors = [], []
+        noops, floors, steps = [], [], []
+        look_play = bench.work / "look-step.yml"
         for index in range(NOOP_RUNS):
             floors.append(bench.playbook(f"n{size}-floor-{index}", str(floor_play)).wall)
             noops.append(measured_noop(bench, f"n{size}-deploy-{index + 2}-noop", *how))
+            if index == 0:
+                look_play.write_text(look_step_play(noops[0][0]))
+            steps.append(bench.playbook(f"n{size}-look-step-{index}", str(look_play)).wall)
         noop, noop_cpu = sorted(noops, key=lambda run_cpu: run_cpu[0].wall)[NOOP_RUNS // 2]
         builds, holders = bench.builds()
         log(f"N={size}: measured ({disk_and_memory()})")
@@ -202,6 +228,8 @@ def one_fleet(size: int, pad_mb: int, forks: int, distribution: str, keep: bool,
             "noop_changed_all": [pair[0].changed() for pair in noops],
             "floor_seconds": round(statistics.median(floors), 2),
             "floor_runs_seconds": [round(wall, 2) for wall in floors],
+            "look_step_seconds": round(statistics.median(steps), 2),
+            "look_step_runs_seconds": [round(wall, 2) for wall in steps],
             "builds_per_release": builds,
             "hosts_per_release": holders,
             "builds_per_input": round(sum(builds.values()) / len(builds), 2) if builds else None,
@@ -251,6 +279,10 @@ def figures_of(
     }
 
 
+def _six_over_three(by_size: Dict[int, Dict[str, Any]], key: str) -> str:
+    return f"{by_size[6][key] / by_size[3][key]:.2f} ({by_size[6][key]} s / {by_size[3][key]} s)"
+
+
 def report(fleets: List[Dict[str, Any]], seconds: float) -> str:
     by_size = {fleet["hosts"]: fleet for fleet in fleets}
     lines = []
@@ -265,16 +297,15 @@ def report(fleets: List[Dict[str, Any]], seconds: float) -> str:
             f"(changed {fleet['noop_changed']}; CPU: controller {fleet['noop_cpu']['controller_cpu_seconds']} s, hosts "
             f"{fleet['noop_cpu']['hosts_cpu_seconds']} s; runs {fleet['noop_runs_seconds']}); "
             f"floor (one ping per host) {fleet['floor_seconds']} s (runs {fleet['floor_runs_seconds']}); "
+            f"the look's remote step alone {fleet['look_step_seconds']} s (runs {fleet['look_step_runs_seconds']}); "
             f"builds per input {fleet['builds_per_input']} (goal == 1), "
             f"hosts per release {sorted(fleet['hosts_per_release'].values())}"
         )
     if 3 in by_size and 6 in by_size:
-        ratio = by_size[6]["noop_seconds"] / by_size[3]["noop_seconds"]
         lines.append(
-            f"no-op at N=6 / at N=3: {ratio:.2f} (goal <= 1.2): {by_size[6]['noop_seconds']} s / "
-            f"{by_size[3]['noop_seconds']} s (medians of {NOOP_RUNS}); the floor's: "
-            f"{by_size[6]['floor_seconds'] / by_size[3]['floor_seconds']:.2f} "
-            f"({by_size[6]['floor_seconds']} s / {by_size[3]['floor_seconds']} s)"
+            f"no-op at N=6 / at N=3: {_six_over_three(by_size, 'noop_seconds')} (goal <= 1.2; medians of "
+            f"{NOOP_RUNS}); the floor's: {_six_over_three(by_size, 'floor_seconds')}; the look's remote step "
+            f"alone: {_six_over_three(by_size, 'look_step_seconds')}"
         )
     lines.append(f"fleet bench took {seconds:.0f} s on {machine()}")
     return "\n".join(lines)

@@ -43,24 +43,21 @@ COPY_TASK = "Copy the fleet's wheel to this host"
 FETCH_TASK = "Fetch the wheel to the controller"
 IDLE_SECONDS = 3.0
 NOOP_RUNS = 3  # no-op and floor alternate; a single run moves by +-30 % on 2 shared cores
-# The least any look at every host costs: one remote step per host, nothing else.
-FLOOR_PLAY = """- name: The floor, one remote step per host
-  hosts: gpu_hosts
-  gather_facts: false
-  tasks:
-    - name: One remote step
-      ansible.builtin.ping:
-"""
-# The no-op's one remote step per host, run alone with the arguments the look sent (`{args}`, JSON is YAML):
-# what the look costs without the renders, validations and facts around it on the controller.
-LOOK_TASK = "Would a deploy change this host"
-LOOK_STEP_PLAY = """- name: The look's remote step alone
+# A play of one task per host (`{args}` is JSON, which is YAML).
+ONE_STEP_PLAY = """- name: {play}
   hosts: gpu_hosts
   gather_facts: false
   tasks:
     - name: {task}
-      vllm_ops.dflash.vllm_drift: {args}
+      {module}: {args}
 """
+# The least any look at every host costs: one remote step per host, nothing else.
+FLOOR_PLAY = ONE_STEP_PLAY.format(
+    play="The floor, one remote step per host", task="One remote step", module="ansible.builtin.ping", args="{}"
+)
+# The no-op's one remote step per host, run alone with the arguments the look sent (look_step_play): what the
+# look costs without the renders, validations and facts around it on the controller.
+LOOK_TASK = "Would a deploy change this host"
 BUILD_FACT_TASK = "Keep the fleet's build for the rollout"
 # The deploy's distribution, either path (deploy_dflash.yml); the controller path's fetch is reported apart.
 PEER_TASKS = (
@@ -159,12 +156,14 @@ def measured_noop(bench: Bench, label: str, *args: str) -> Tuple[PlaybookRun, Di
 
 
 def look_step_play(noop: PlaybookRun) -> str:
-    """LOOK_STEP_PLAY with the arguments the no-op's look sent to every host (one play: they must be the same)."""
+    """The look's remote step alone, with the arguments the no-op's look sent to every host (they must be the same)."""
     sent = {json.dumps(result["invocation"]["module_args"], sort_keys=True) for result in noop.results(LOOK_TASK)}
     if len(sent) != 1 or "VALUE_SPECIFIED_IN_NO_LOG_PARAMETER" in next(iter(sent)):
         raise RuntimeError(f"{noop.label}: the look sent {len(sent)} different argument sets, or masked ones")
     args = {key: value for key, value in json.loads(sent.pop()).items() if value is not None}
-    return LOOK_STEP_PLAY.format(task=LOOK_TASK, args=json.dumps(args))
+    return ONE_STEP_PLAY.format(
+        play="The look's remote step alone", task=LOOK_TASK, module="vllm_ops.dflash.vllm_drift", args=json.dumps(args)
+    )
 
 
 def one_fleet(size: int, pad_mb: int, forks: int, distribution: str, keep: bool, work: Path) -> Dict[str, Any]:

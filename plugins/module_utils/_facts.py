@@ -547,9 +547,11 @@ def gather_capabilities(
             "capabilities_error": f"vLLM could not tell {failed}"[:_ERROR_LIMIT],
             "capabilities_path": None,
         }
+    cached_now = False
     if not check_mode and os.path.isfile(os.path.join(release, "manifest.json")):
         try:
             _write_capabilities(path, capabilities)
+            cached_now = True
         except OSError as exc:
             warnings.append(
                 f"cannot cache the capabilities in {path} ({exc.strerror}); the next gather asks vLLM again"
@@ -559,6 +561,7 @@ def gather_capabilities(
         "capabilities_source": "vllm",
         "capabilities_error": None,
         "capabilities_path": path,
+        "capabilities_cached_now": cached_now,
     }
 
 
@@ -670,8 +673,11 @@ def gather_facts(
         "probe_errors": probe_errors,
     }
     facts.update(commit)
+    wrote_cache = False
     if capabilities:
-        facts.update(gather_capabilities(python, release, version, capabilities_timeout, check_mode, warnings))
+        gathered = gather_capabilities(python, release, version, capabilities_timeout, check_mode, warnings)
+        wrote_cache = bool(gathered.pop("capabilities_cached_now", False))
+        facts.update(gathered)
     else:
         facts.update(
             capabilities=None,
@@ -679,4 +685,5 @@ def gather_facts(
             capabilities_error="not gathered (capabilities: false)",
             capabilities_path=None,
         )
-    return {"facts": facts, "warnings": warnings}
+    # the one write: the release's capabilities cache, once per release (check mode never writes it)
+    return {"facts": facts, "warnings": warnings, "changed": wrote_cache}

@@ -38,7 +38,18 @@ author: vllm_ops maintainers (@vllm-ops)
 extends_documentation_fragment:
   - vllm_ops.dflash.attributes
   - vllm_ops.dflash.attributes.facts
-  - vllm_ops.dflash.attributes.info_module
+attributes:
+  check_mode:
+    support: full
+    details:
+      - Check mode reads the capabilities cache but never writes it.
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+    details:
+      - The only write is the release's C(capabilities.json) cache, on the first gather for a release; that run
+        reports C(changed), later ones read the cache and do not.
 options:
   root:
     description: The vLLM root; used for the default of O(venv).
@@ -331,7 +342,7 @@ def main() -> None:
         module.fail_json(msg=str(exc))
     for warning in result["warnings"]:
         module.warn(warning)
-    module.exit_json(changed=False, ansible_facts={"vllm": result["facts"]})
+    module.exit_json(changed=result["changed"], ansible_facts={"vllm": result["facts"]})
 
 
 if __name__ == "__main__":

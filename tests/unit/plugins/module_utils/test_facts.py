@@ -546,6 +546,8 @@ def test_capabilities_are_asked_once_per_release_and_cached(tmp_path, monkeypatc
     first = gather_facts(root=str(root), timeout=60)
     facts = first["facts"]
     assert (facts["capabilities_source"], facts["capabilities_error"]) == ("vllm", None)
+    assert first["changed"] is True, "the cache write is the module's one change"
+    assert "capabilities_cached_now" not in facts
     assert facts["capabilities"]["vllm_version"] == "0.33.0"
     assert "dflash" in facts["capabilities"]["speculative_methods"]
     assert facts["capabilities"]["serve_flags"]["--no-enable-prefix-caching"]["negatable"] is True
@@ -558,8 +560,10 @@ def test_capabilities_are_asked_once_per_release_and_cached(tmp_path, monkeypatc
         raise AssertionError("vLLM asked again")
 
     monkeypatch.setattr(_facts, "_run_capability_script", not_again)
-    again = gather_facts(root=str(root), timeout=60)["facts"]
+    second = gather_facts(root=str(root), timeout=60)
+    again = second["facts"]
     assert (again["capabilities_source"], again["capabilities"]) == ("cache", facts["capabilities"])
+    assert second["changed"] is False
 
 
 @pytest.mark.parametrize(
@@ -587,8 +591,10 @@ def test_a_corrupt_or_wrong_version_cache_is_asked_again(tmp_path, cache, why):
 def test_check_mode_reads_the_cache_but_never_writes_it(tmp_path):
     root = tmp_path / "opt-vllm"
     engine_release(root)
-    checked = gather_facts(root=str(root), timeout=60, check_mode=True)["facts"]
+    checked_result = gather_facts(root=str(root), timeout=60, check_mode=True)
+    checked = checked_result["facts"]
     assert checked["capabilities_source"] == "vllm"
+    assert checked_result["changed"] is False
     assert not (Path(checked["release"]) / CAPABILITIES_FILE).exists()
     gather_facts(root=str(root), timeout=60)
     assert gather_facts(root=str(root), timeout=60, check_mode=True)["facts"]["capabilities_source"] == "cache"

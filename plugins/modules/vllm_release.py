@@ -63,7 +63,8 @@ options:
         release failed does not move C(current); use O(action=rollback) for that.
       - V(keep) only keeps the O(keep_files) copies (for a rollout whose gate did not run, disabled or in check
         mode); it marks nothing and leaves C(state.json) as it is.
-      - V(status) changes nothing and returns the releases and history.
+      - V(status) changes nothing and returns the releases and history. Deprecated, to be removed in 1.0.0: use
+        M(vllm_ops.dflash.vllm_release_info).
     type: str
     choices: [activate, rollback, prune, mark_good, mark_failed, keep, status]
     default: status
@@ -169,7 +170,7 @@ EXAMPLES = r"""
     action: prune
     keep_releases: 3
 
-- name: Which release runs, and which passed their gate
+- name: Which release runs, and which passed their gate (deprecated; vllm_ops.dflash.vllm_release_info)
   vllm_ops.dflash.vllm_release:
     action: status
   register: releases
@@ -325,6 +326,12 @@ def main() -> None:
         supports_check_mode=True,
     )
     params = module.params
+    if params["action"] == "status":
+        module.deprecate(
+            "vllm_release with action=status (the default) is read-only: use vllm_ops.dflash.vllm_release_info",
+            version="1.0.0",
+            collection_name="vllm_ops.dflash",
+        )
     try:
         result = run_action(
             params["root"],

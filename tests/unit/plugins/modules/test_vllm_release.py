@@ -109,3 +109,39 @@ def test_keep_files_through_the_argument_spec(tmp_path, root):
     assert no_mode["failed"] is True and "mode" in no_mode["msg"]
     bare = run_module(tmp_path, root=str(root), action="keep")
     assert bare["failed"] is True and "keep_files" in bare["msg"]
+
+
+def run_info(tmp_path, **args):
+    return module_runner.run_module("vllm_release_info", tmp_path, args, timeout=60)[0]
+
+
+def test_release_info_reports_what_status_did_and_changes_nothing(tmp_path, root):
+    run_module(tmp_path, root=str(root), action="activate", release="aaaaaaa")
+    run_module(tmp_path, root=str(root), action="mark_good")
+    state = (root / "state.json").read_text()
+    info = run_info(tmp_path, root=str(root), release="bbbbbbb")
+    assert info["changed"] is False
+    assert (info["current"], info["last_good"], info["release"]) == (
+        "aaaaaaaaaaaa-00000000",
+        "aaaaaaaaaaaa-00000000",
+        "bbbbbbbbbbbb-00000000",
+    )
+    assert [entry["status"] for entry in info["releases"]] == ["built", "good"]
+    assert [entry["action"] for entry in info["history"]] == ["activate", "mark_good"]
+    assert "pruned" not in info and "diff" not in info
+    assert (root / "state.json").read_text() == state
+
+
+def test_release_info_on_a_root_never_deployed_creates_nothing(tmp_path):
+    root = tmp_path / "fresh"
+    root.mkdir()
+    info = run_info(tmp_path, root=str(root))
+    assert (info["current"], info["releases"]) == (None, [])
+    assert list(root.iterdir()) == []
+
+
+def test_status_through_vllm_release_is_deprecated(tmp_path, root):
+    result = run_module(tmp_path, root=str(root), action="status")
+    assert "vllm_release_info" in json.dumps(result.get("deprecations", []))
+    quiet = run_module(tmp_path, root=str(root), action="activate", release="aaaaaaa")
+    assert not quiet.get("deprecations")

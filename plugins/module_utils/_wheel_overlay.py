@@ -35,6 +35,8 @@ import urllib.parse
 import zipfile
 from typing import Any, Dict, List, Optional, Tuple
 
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import sha256_file
+
 __all__ = [
     "MIN_SIZE",
     "OverlayError",
@@ -150,14 +152,6 @@ def _make_stub(base_wheel: str, dest: str, min_size: int) -> Dict[str, Any]:
     return {"replaced": replaced, "replaced_bytes": replaced_bytes}
 
 
-def _sha256_file(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(_CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def stub_for(base_wheel: str, cache_dir: str, min_size: Optional[int] = None) -> str:
     """The stub of `base_wheel`, made once per wheel content under `cache_dir/<sha256[:16]>/`.
 
@@ -166,7 +160,7 @@ def stub_for(base_wheel: str, cache_dir: str, min_size: Optional[int] = None) ->
     name, and complete once its stamp exists.
     """
     min_size = MIN_SIZE if min_size is None else min_size
-    digest = _sha256_file(base_wheel)
+    digest = sha256_file(base_wheel)
     directory = os.path.join(cache_dir, f"{digest[:16]}-{min_size}")
     stub = os.path.join(directory, os.path.basename(base_wheel))
     stamp = os.path.join(directory, _STAMP)
@@ -387,7 +381,7 @@ def link_installed(
             raise OverlayError(f"the installed {target} cannot be read ({exc})") from exc
         if installed is None or installed.get("name") != name or installed.get("hash") != found["hash"]:
             raise OverlayError(f"the installed {target} is not the placeholder of {name}")
-        if not os.path.isfile(member) or record_hash(bytes.fromhex(_sha256_file(member))) != found["hash"]:
+        if not os.path.isfile(member) or record_hash(bytes.fromhex(sha256_file(member))) != found["hash"]:
             raise OverlayError(
                 f"{member} is missing or no longer matches {found['hash']}; releases built earlier from this base "
                 f"wheel share it. Fix: remove {os.path.dirname(members)} and rebuild them"

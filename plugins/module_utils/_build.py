@@ -49,6 +49,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_options imp
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_requirements import build_requirements
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_status import STATUS_NAME, StatusFile
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import (
+    open_private_append,
     read_json,
     redact_url,
     sha256_file,
@@ -198,9 +199,8 @@ def _wheel_version(path: str) -> str:
 
 
 def _note(log_path: str, text: str) -> None:
-    os.makedirs(os.path.dirname(log_path), exist_ok=True)
-    with open(log_path, "a", encoding="utf-8") as handle:
-        handle.write(f"[{utc_now()}] {text}\n")
+    with open_private_append(log_path) as handle:  # 0600: a tool may echo a credential into the log
+        handle.write(f"[{utc_now()}] {text}\n".encode())
 
 
 class _Builder:
@@ -760,7 +760,8 @@ def _make_release(opts: BuildOptions, builder: _Builder, plan: _Plan) -> Dict[st
             "max_jobs": plan.max_jobs,
             "added_env": added,
         }
-        write_json_atomic(paths.manifest, manifest)  # last: from now on the release exists
+        # Last: from now on the release exists. 0600: what the masking rule misses is still no one else's.
+        write_json_atomic(paths.manifest, manifest, mode=0o600)
         if paths.release != paths.final:
             _swap_in(paths)
             builder.note(f"swapped the new {plan.name} in place of the incomplete one")

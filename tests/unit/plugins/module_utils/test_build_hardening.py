@@ -127,6 +127,23 @@ def test_secrets_in_pip_args_build_env_and_the_wheel_url_are_recorded_nowhere(ti
     assert "https://127.0.0.1:9/simple" in manifest["inputs"]["pip_args"]
 
 
+@SLOW
+def test_a_github_pat_is_in_no_file_and_the_manifest_and_log_are_private(tiny, pip_args, built, tmp_path):
+    """Issue 28, case 10: GITHUB_PAT was in clear in manifest.json and the build log, both 0644."""
+    root = tmp_path / "root"
+    env = {"GITHUB_PAT": "ghp_s3cr3tPAT0123", "MAX_JOBS": "1"}
+    result = build(_options(tiny, root, pip_args, wheel=built["wheel"], build_env=env, precompiled="never"))
+    manifest, log = Path(result["release"], "manifest.json"), Path(result["log_path"])
+    for path in (manifest, log, root / "build-status.json"):
+        assert "ghp_s3cr3tPAT0123" not in path.read_text(), path
+    assert "ghp_s3cr3tPAT0123" not in json.dumps(result)
+    assert json.loads(manifest.read_text())["inputs"]["build_env"]["GITHUB_PAT"] == "********"
+    assert {path.name: os.stat(path).st_mode & 0o777 for path in (manifest, log)} == {
+        "manifest.json": 0o600,
+        log.name: 0o600,
+    }
+
+
 def test_a_ref_with_a_newline_or_nul_is_refused_before_anything_is_written(tiny, tmp_path):
     for ref in ("main\n", "ma\x00in"):
         with pytest.raises(BuildError, match="contains a control character") as info:

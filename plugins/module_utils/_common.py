@@ -13,13 +13,16 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import tempfile
 from typing import Any
 
 __all__ = [
+    "linked_out",
     "open_private_append",
     "read_json",
     "redact_url",
+    "remove_tree_within",
     "secret_name",
     "sha256_file",
     "utc_now",
@@ -44,6 +47,30 @@ _SECRET_NAME = re.compile(
 def secret_name(name: str) -> bool:
     """Whether a variable's name (an env key, a build_env key, an option) says its value is a credential."""
     return bool(_SECRET_NAME.search(str(name)))
+
+
+def linked_out(root: str, path: str) -> bool:
+    """Whether `path` (inside `root` by name) really lies outside `root`: a link on its way leads out."""
+    real_root = os.path.realpath(root)
+    real = os.path.realpath(path)
+    return real != real_root and not real.startswith(real_root.rstrip(os.sep) + os.sep)
+
+
+def remove_tree_within(root: str, path: str) -> bool:
+    """Delete the tree `path` under `root`, never following a link out of `root`.
+
+    A symlink at `path` is removed itself, never what it points to; a `path` whose parent resolves outside
+    `root` (a linked `build/` or `releases/`) is left alone. Returns whether nothing is left at `path`.
+    """
+    if not os.path.lexists(path):
+        return True
+    if linked_out(root, os.path.dirname(os.path.abspath(path))):
+        return False
+    if os.path.islink(path):
+        os.unlink(path)
+        return True
+    shutil.rmtree(path, ignore_errors=True)  # its own inner links are unlinked, not followed
+    return not os.path.lexists(path)
 
 
 def open_private_append(path: str) -> Any:

@@ -11,6 +11,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import (
     open_private_append,
     read_json,
     redact_url,
+    remove_tree_within,
     secret_name,
     sha256_file,
     utc_now,
@@ -107,3 +108,16 @@ def test_a_private_log_is_0600_from_its_creation_and_made_so_if_wider(tmp_path):
 def test_write_json_atomic_gives_the_mode_asked_for(tmp_path):
     write_json_atomic(str(tmp_path / "m.json"), {"a": 1}, mode=0o600)
     assert os.stat(tmp_path / "m.json").st_mode & 0o777 == 0o600
+
+
+def test_remove_tree_within_never_follows_a_link_out_of_the_root(tmp_path):
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    (outside / "victim").mkdir(parents=True)
+    (outside / "victim" / "f").write_text("x")
+    (root / "own" / "sub").mkdir(parents=True)
+    os.symlink(outside, root / "linked-dir")  # a parent that leads out
+    os.symlink(outside / "victim", root / "own" / "link")  # a link to delete: the link, not its target
+    assert remove_tree_within(str(root), str(root / "linked-dir" / "victim")) is False
+    assert remove_tree_within(str(root), str(root / "own" / "link")) is True
+    assert (outside / "victim" / "f").read_text() == "x" and not os.path.lexists(root / "own" / "link")
+    assert remove_tree_within(str(root), str(root / "own")) is True and not (root / "own").exists()

@@ -570,15 +570,47 @@ class _Session:
                 _write_copy(keep)
 
     def _apply_releases(self) -> None:
+        # The state first, then the link: a state that cannot be written (a full disk) moves nothing, and a
+        # link that cannot be moved puts the old state back. `current` never names a release that state.json
+        # does not record as current (the rescue reads state.json to know what to go back to).
+        serving = self.before["current"]
+        try:
+            write_json_atomic(self.layout.state, self.state)
+        except OSError as exc:
+            raise ReleaseError(
+                f"cannot write {self.layout.state}: {exc.strerror or exc}. Nothing was changed: "
+                f"{self.layout.current} still points to {serving or '(nothing)'}. Fix: free space on the file "
+                f"system of {self.layout.root} (or make it writable), then re-run"
+            ) from exc
         if self.link_target is not None:
-            self._swap_current(self.link_target)
+            try:
+                self._swap_current(self.link_target)
+            except OSError as exc:
+                undone = self._write_back_before()
+                raise ReleaseError(
+                    f"cannot point {self.layout.current} at {self.link_target}: {exc.strerror or exc}. "
+                    f"It still points to {serving or '(nothing)'}; "
+                    + (
+                        "state.json says so again"
+                        if undone
+                        else f"state.json could not be put back and names {self.link_target} (the link wins)"
+                    )
+                    + f". Fix: free space on the file system of {self.layout.root} (or make it writable), then re-run"
+                ) from exc
         for name in self.remove:
             if not RELEASE_NAME.match(name):  # a name from state.json only: nothing of ours on disk to delete
                 continue
             remove_hidden_first(os.path.join(self.layout.releases, name))
             remove_hidden_first(os.path.join(self.layout.wheels, name))
         self._remove_leftovers()
-        write_json_atomic(self.layout.state, self.state)
+
+    def _write_back_before(self) -> bool:
+        """Put state.json back as it was before the action; whether that worked."""
+        try:
+            write_json_atomic(self.layout.state, self.before)
+        except OSError:
+            return False
+        return True
 
     def _swap_current(self, name: str) -> None:
         # rename(2) over the old link is atomic: readers see the old release or the new one, never none.

@@ -494,12 +494,33 @@ def test_failed_swap_leaves_current_and_no_temporary_link(host, monkeypatch):
         return real_replace(src, dst)
 
     monkeypatch.setattr(_releases.os, "replace", failing_replace)
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(ReleaseError, match=r"No space left.*still points to .*state.json says so again.*Fix:"):
         act(host, "activate", release=name_of(2))
     monkeypatch.undo()
     assert os.readlink(host / "current") == os.path.join("releases", name_of(1))
     assert sorted(os.listdir(host)) == [".lock", "current", "releases", "state.json", "wheels"]
     assert state_of(host)["current"] == name_of(1)
+
+
+def test_a_full_disk_during_activation_moves_no_link(host, monkeypatch):
+    """Issue 28, case 5: the link moved to the ungated release before state.json (which could not be
+    written) recorded it, so `current` named B while state.json said A and the rescue read A."""
+    act(host, "activate", release=name_of(1))
+    before = state_of(host)
+
+    def full_disk(path, data, mode=0o644):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(_releases, "write_json_atomic", full_disk)
+    with pytest.raises((ReleaseError, OSError)) as info:
+        act(host, "activate", release=name_of(2))
+    monkeypatch.undo()
+    assert os.readlink(host / "current") == os.path.join("releases", name_of(1))
+    assert state_of(host) == before
+    message = str(info.value)
+    assert info.type is ReleaseError and "No space left on device" in message
+    assert f"still points to {name_of(1)}" in message and "Fix: free space" in message
+    assert sorted(os.listdir(host)) == [".lock", "current", "releases", "state.json", "wheels"]
 
 
 def test_swap_renames_a_relative_temporary_link_over_the_old_one(host, monkeypatch):

@@ -335,6 +335,21 @@ def test_prune_keeps_newest_current_and_previous(host):
     assert act(host, "prune", keep_releases=1)["changed"] is False
 
 
+def test_prune_goes_by_the_recorded_order_when_the_clock_jumps_back(host):
+    """Issue 28, case 18: after the wall clock jumped back, the newest build carried the oldest built_at, and
+    prune removed it and kept a stale one."""
+    act(host, "activate", release=name_of(1))  # state.json records R1..R4 (in that order)
+    make_release(host, name_of(5), commit_of(5), "2026-10-01T00:00:00Z")  # built last, the clock a month back
+    result = act(host, "prune", keep_releases=1)
+    assert result["pruned"] == [name_of(4), name_of(3), name_of(2)]
+    assert sorted(os.listdir(host / "releases")) == sorted([name_of(5), name_of(1)])
+    assert [entry["name"] for entry in result["releases"]] == [name_of(5), name_of(1)]
+    # recorded: a later prune still knows R5 came last, although its built_at says otherwise
+    make_release(host, name_of(6), commit_of(6), "2026-09-01T00:00:00Z")
+    assert act(host, "prune", keep_releases=1)["pruned"] == [name_of(5)]
+    assert sorted(os.listdir(host / "releases")) == sorted([name_of(6), name_of(1)])
+
+
 def test_prune_keeps_the_rollback_target_and_spends_no_place_on_failed_releases(host):
     act(host, "activate", release=name_of(1))
     act(host, "mark_good")

@@ -62,9 +62,11 @@ options:
         C(VLLM_PRECOMPILED_WHEEL_COMMIT), C(VLLM_USE_PRECOMPILED_RUST), C(VLLM_DOCKER_BUILD_CONTEXT)) are refused
         here - O(precompiled), O(precompiled_wheel) and O(precompiled_wheel_commit) set them.
       - It is a build input, so changing it builds a new release. It is recorded in C(manifest.json) and the
-        build log, except the values of names that say they hold a credential (containing C(TOKEN), C(KEY),
-        C(SECRET), C(PASS), C(CREDENTIAL), C(AUTH), C(COOKIE) or C(SESSION), any case) and credentials in URLs -
-        those are masked everywhere (manifest, log, status file, result) and are no build input.
+        build log, except the values of names that say they hold a credential (the collection's one rule, any
+        case, anywhere in the name - C(TOKEN) (not C(TOKENIZER)), C(KEY), C(SECRET), C(PASS), C(CREDENTIAL),
+        C(AUTH), C(COOKIE), C(SESSION), C(PRIVATE), and C(PAT) or C(PWD) as a word of their own, e.g.
+        C(GITHUB_PAT)) and credentials in URLs - those are masked everywhere (manifest, log, status file,
+        result) and are no build input. The manifest and the build log are 0600.
     type: dict
     default: {}
   build_timeout:

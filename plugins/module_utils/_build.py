@@ -40,6 +40,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_options imp
     VLLM_BUILD_ARGUMENT_SPEC,
     BuildError,
     BuildOptions,
+    OptionError,
     build_options,
     option_secrets,
     recorded_build_env,
@@ -49,8 +50,11 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_options imp
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_requirements import build_requirements
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_status import STATUS_NAME, StatusFile
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import (
+    linked_out,
+    open_private_append,
     read_json,
     redact_url,
+    remove_tree_within,
     sha256_file,
     utc_now,
     write_json_atomic,
@@ -198,9 +202,8 @@ def _wheel_version(path: str) -> str:
 
 
 def _note(log_path: str, text: str) -> None:
-    os.makedirs(os.path.dirname(log_path), exist_ok=True)
-    with open(log_path, "a", encoding="utf-8") as handle:
-        handle.write(f"[{utc_now()}] {text}\n")
+    with open_private_append(log_path) as handle:  # 0600: a tool may echo a credential into the log
+        handle.write(f"[{utc_now()}] {text}\n".encode())
 
 
 class _Builder:
@@ -397,7 +400,7 @@ class _Builder:
             counts = overlay(built, base, final)
         except OverlayError as exc:
             self.note(f"wheel overlay refused the built wheel ({exc}); building again from {base}")
-            shutil.rmtree(self.paths.dist, ignore_errors=True)
+            remove_tree_within(self.paths.root, self.paths.dist)
             return None
         self.note(f"wheel overlay: {counts['swapped']} members ({counts['swapped_bytes']} bytes) copied from {base}")
         try:
@@ -647,7 +650,7 @@ def _remove_debris(root: str) -> None:
     build runs). Their TMPDIR, with pip's build environments, is inside the checkout's directory."""
     with contextlib.suppress(FileNotFoundError):
         for name in os.listdir(os.path.join(root, "build")):
-            shutil.rmtree(os.path.join(root, "build", name), ignore_errors=True)
+            remove_tree_within(root, os.path.join(root, "build", name))
     releases = os.path.join(root, "releases")
     with contextlib.suppress(FileNotFoundError):
         for name in sorted(os.listdir(releases)):
@@ -658,7 +661,7 @@ def _remove_debris(root: str) -> None:
             if not os.path.lexists(final) and os.path.isfile(os.path.join(staged, "manifest.json")):
                 os.rename(staged, final)  # killed between the two renames of a swap: finish it
             else:
-                shutil.rmtree(staged, ignore_errors=True)
+                remove_tree_within(root, staged)
 
 
 def _relocate_venv(venv: str, old: str, new: str) -> None:
@@ -687,10 +690,10 @@ def _swap_in(paths: _Paths) -> None:
     `current`) is renamed away and the new one renamed in, two renames in one directory."""
     _relocate_venv(paths.venv, paths.venv, os.path.join(paths.final, "venv"))
     old = os.path.join(os.path.dirname(paths.final), f"{STAGING_PREFIX}{os.path.basename(paths.final)}.old")
-    shutil.rmtree(old, ignore_errors=True)
+    remove_tree_within(paths.root, old)
     os.rename(paths.final, old)
     os.rename(paths.release, paths.final)
-    shutil.rmtree(old, ignore_errors=True)
+    remove_tree_within(paths.root, old)
 
 
 def _make_release(opts: BuildOptions, builder: _Builder, plan: _Plan) -> Dict[str, Any]:
@@ -760,17 +763,18 @@ def _make_release(opts: BuildOptions, builder: _Builder, plan: _Plan) -> Dict[st
             "max_jobs": plan.max_jobs,
             "added_env": added,
         }
-        write_json_atomic(paths.manifest, manifest)  # last: from now on the release exists
+        # Last: from now on the release exists. 0600: what the masking rule misses is still no one else's.
+        write_json_atomic(paths.manifest, manifest, mode=0o600)
         if paths.release != paths.final:
             _swap_in(paths)
             builder.note(f"swapped the new {plan.name} in place of the incomplete one")
         builder.note(f"release {plan.name} complete")
     except BaseException as exc:
         if paths.release != paths.final:
-            shutil.rmtree(paths.release, ignore_errors=True)  # the serving directory stays as it was
+            remove_tree_within(opts.root, paths.release)  # the serving directory stays as it was
         else:
             remove_hidden_first(paths.release)
-        shutil.rmtree(paths.build, ignore_errors=True)
+        remove_tree_within(opts.root, paths.build)
         if isinstance(exc, (BuildError, CommandInterrupted, GitError, OSError, ValueError)):
             cause = str(exc)
             if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
@@ -778,7 +782,7 @@ def _make_release(opts: BuildOptions, builder: _Builder, plan: _Plan) -> Dict[st
             builder.note(f"FAILED: {cause}")
             raise BuildError(_failure_message(builder.status.scrub(cause), paths.log)) from exc
         raise
-    shutil.rmtree(paths.build, ignore_errors=True)
+    remove_tree_within(opts.root, paths.build)
     return manifest
 
 
@@ -864,7 +868,26 @@ def build(opts: BuildOptions, check_mode: bool = False) -> Dict[str, Any]:
     return result
 
 
+# The directories of `root` a build deletes in: a link that leads out of `root` would make it delete there.
+_OWN_DIRS = ("build", "releases", "wheels")
+
+
+def _refuse_linked_dirs(root: str) -> None:
+    """Refuse a root whose build/, releases/ or wheels/ lies outside it (a symlink to a scratch disk): every
+    build deletes debris and half releases in them, which would then be whatever else lives there."""
+    for name in _OWN_DIRS:
+        path = os.path.join(root, name)
+        if os.path.lexists(path) and linked_out(root, path):
+            raise OptionError(
+                f"{path} leads out of {root} (to {os.path.realpath(path)}); vllm_build deletes the debris of "
+                f"earlier builds in it, so it would delete what else lives there. Nothing was changed. Fix: make "
+                f"{path} a directory of its own (mount the disk there, or bind-mount a directory of it), or "
+                "point root at the disk"
+            )
+
+
 def _resolve_and_build(opts: BuildOptions, check_mode: bool, started: float, status: StatusFile) -> Dict[str, Any]:
+    _refuse_linked_dirs(opts.root)
     deadline = Deadline(opts.build_timeout)
     repo = normalize_repo(opts.repo)
     python = find_python(opts.python)

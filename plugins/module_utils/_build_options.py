@@ -14,7 +14,7 @@ import os
 import re
 from typing import Any, Dict, List, Mapping, Optional, Set
 
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import redact_url
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import redact_url, secret_name
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._precompiled import (
     MODES,
     PRECOMPILED_ENV,
@@ -41,9 +41,6 @@ __all__ = [
 
 INSTALLERS = ("auto", "uv", "pip")
 MASK = "********"
-# A build_env name that says it holds a credential (HF_TOKEN, WANDB_APIKEY, DB_PASS, MY_CREDENTIALS,
-# hf-token ...): its value is used for the build but never recorded, logged or returned.
-_SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASS|CREDENTIAL|AUTH|COOKIE|SESSION", re.IGNORECASE)
 _HEX = re.compile(r"[0-9a-f]{4,40}")
 
 # The options that name a release (doc fragment vllm_ops.dflash.build): vllm_build's and vllm_drift's.
@@ -136,11 +133,6 @@ def build_options(params: Mapping[str, Any], **extra: Any) -> BuildOptions:
     return BuildOptions(params["repo"], params["ref"], **given, **extra)
 
 
-def secret_name(name: str) -> bool:
-    """Whether a build_env name says its value is a credential."""
-    return bool(_SECRET_NAME.search(name))
-
-
 def _url_secret(text: str) -> Optional[str]:
     """The password (or token given as user name) of the first URL in `text` that carries one."""
     if redact_url(text) == text:
@@ -151,7 +143,8 @@ def _url_secret(text: str) -> Optional[str]:
 
 def option_secrets(params: Mapping[str, Any]) -> Set[str]:
     """The secrets among the options, for Ansible to mask (`no_log_values`): credentials in URLs (repo,
-    precompiled_base, precompiled_wheel, pip_args, build_env values) and secret-named build_env values."""
+    precompiled_base, precompiled_wheel, pip_args, build_env values) and build_env values whose name says
+    they are a credential (_common.secret_name: HF_TOKEN, WANDB_APIKEY, DB_PASS, GITHUB_PAT, hf-token ...)."""
     found = set()
     texts = [params.get("repo"), params.get("precompiled_base"), params.get("precompiled_wheel")]
     texts += [str(arg) for arg in params.get("pip_args") or []]

@@ -14,9 +14,21 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_options imp
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import redact_url, utc_now, write_json_atomic
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._deadline import tail
 
-__all__ = ["STATUS_NAME", "StatusFile"]
+__all__ = ["STATUS_NAME", "StatusFile", "process_start"]
 
 STATUS_NAME = "build-status.json"
+
+
+def process_start(pid: int) -> Optional[int]:
+    """The start time of process `pid` (clock ticks after boot, /proc/<pid>/stat field 22); None without
+    /proc. With the pid it names one process for good: a pid the kernel hands out again starts later."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read().decode("ascii", "replace")
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses; starttime is the 20th field after it.
+        return int(stat[stat.rfind(")") + 2 :].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 class StatusFile:
@@ -40,6 +52,8 @@ class StatusFile:
         self.data: Dict[str, Any] = {
             "run_id": run_id,
             "pid": os.getpid(),
+            # (pid, pid_start) is the build: the role's poll never takes a reused pid for it.
+            "pid_start": process_start(os.getpid()),
             "ref": ref,
             "stage": None,
             "started_at": utc_now(),

@@ -1,6 +1,6 @@
 # Copyright (c) vllm_ops.dflash contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Small shared helpers: atomic JSON files, UTC timestamps, file hashes, URL redaction.
+"""Small shared helpers: atomic JSON files, UTC timestamps, file hashes, URL redaction, the secret-name rule.
 
 Standard library only: this runs on the target host's system Python (3.8+).
 """
@@ -13,23 +13,87 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import tempfile
 from typing import Any
 
-__all__ = ["read_json", "redact_url", "sha256_file", "utc_now", "write_json_atomic"]
+__all__ = [
+    "linked_out",
+    "open_private_append",
+    "read_json",
+    "redact_url",
+    "remove_tree_within",
+    "secret_name",
+    "sha256_file",
+    "utc_now",
+    "write_json_atomic",
+    "write_text_atomic",
+]
 
 # scheme://user[:password]@host...  -> the userinfo part is a secret (tokens travel there).
 # Not anchored: the same pattern cleans URLs inside error messages and log lines.
 _URL_USERINFO = re.compile(r"(?<![A-Za-z0-9+.-])(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^@/?#\s'\"`]*)@")
+# The one rule for every module that judges whether a variable's name says its value is a credential.
+# Substrings, not whole `_`-separated words: HFTOKEN, OPENAI_APIKEY, DB_PASS, MY_CREDENTIALS are secrets.
+# The exceptions are names whose values are paths or short words that masking would hide everywhere in the
+# output: TOKENIZER (TOKENIZERS_PARALLELISM=false), PAT only as a word (GITHUB_PAT, not PATH), PWD only
+# after a separator (DB_PWD, not the shell's PWD or OLDPWD).
+_SECRET_NAME = re.compile(
+    r"TOKEN(?!IZER)|KEY|SECRET|PASS|(?<=[_-])PWD|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE|(?<![A-Z0-9])PAT(?![A-Z0-9])",
+    re.IGNORECASE,
+)
 
 
-def write_json_atomic(path: str, data: Any) -> None:
+def secret_name(name: str) -> bool:
+    """Whether a variable's name (an env key, a build_env key, an option) says its value is a credential."""
+    return bool(_SECRET_NAME.search(str(name)))
+
+
+def linked_out(root: str, path: str) -> bool:
+    """Whether `path` (inside `root` by name) really lies outside `root`: a link on its way leads out."""
+    real_root = os.path.realpath(root)
+    real = os.path.realpath(path)
+    return real != real_root and not real.startswith(real_root.rstrip(os.sep) + os.sep)
+
+
+def remove_tree_within(root: str, path: str) -> bool:
+    """Delete the tree `path` under `root`, never following a link out of `root`.
+
+    A symlink at `path` is removed itself, never what it points to; a `path` whose parent resolves outside
+    `root` (a linked `build/` or `releases/`) is left alone. Returns whether nothing is left at `path`.
+    """
+    if not os.path.lexists(path):
+        return True
+    if linked_out(root, os.path.dirname(os.path.abspath(path))):
+        return False
+    if os.path.islink(path):
+        os.unlink(path)
+        return True
+    shutil.rmtree(path, ignore_errors=True)  # its own inner links are unlinked, not followed
+    return not os.path.lexists(path)
+
+
+def open_private_append(path: str) -> Any:
+    """`path` opened for appending in binary, 0600 from its creation (and made 0600 if it was wider): logs
+    that a tool may echo a credential into are never readable by other local users."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        if os.fstat(fd).st_mode & 0o077:
+            os.fchmod(fd, 0o600)
+        return os.fdopen(fd, "ab")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def write_json_atomic(path: str, data: Any, mode: int = 0o644) -> None:
     """Write `data` as JSON to `path` atomically (see write_text_atomic)."""
-    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n", mode)
 
 
-def write_text_atomic(path: str, text: str) -> None:
-    """Write `text` to `path` (mode 0644) so that readers see the old file or the new one, never a half.
+def write_text_atomic(path: str, text: str, mode: int = 0o644) -> None:
+    """Write `text` to `path` (`mode`) so that readers see the old file or the new one, never a half.
 
     The temporary file lives in the same directory (rename is atomic only within one file system)
     and is fsynced before the rename so a power loss cannot leave an empty file behind.
@@ -42,7 +106,7 @@ def write_text_atomic(path: str, text: str) -> None:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)
+        os.chmod(tmp, mode)  # mkstemp made it 0600: it is never wider than `mode` on its way
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):

@@ -26,7 +26,7 @@ import tempfile
 import time
 from typing import IO, Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import redact_url, utc_now
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import open_private_append, redact_url, utc_now
 
 __all__ = ["CommandInterrupted", "CommandResult", "Deadline", "group_members", "run", "tail"]
 
@@ -295,8 +295,7 @@ def run(
         out: IO[bytes]
         err: Optional[IO[bytes]] = None
         if log_path:
-            os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
-            out = stack.enter_context(open(log_path, "ab"))
+            out = stack.enter_context(open_private_append(log_path))  # 0600: a tool may echo a credential
             out.write(f"\n[{utc_now()}] $ {display_command(argv)}\n".encode())
             out.flush()
         else:

@@ -223,6 +223,9 @@ def _type_problem(state: Dict[str, Any]) -> Optional[str]:
         for field in _TEXT_FIELDS:
             if not isinstance(entry.get(field), (str, type(None))):
                 return f"release {name!r} has {field} {entry[field]!r}, not a string or null"
+        seq = entry.get("seq")
+        if seq is not None and (isinstance(seq, bool) or not isinstance(seq, int) or seq < 1):
+            return f"release {name!r} has seq {seq!r}, not a positive integer or null"
         if not isinstance(entry.get("gate"), (dict, type(None))):
             return f"release {name!r} has gate {entry['gate']!r}, not an object or null"
     for index, item in enumerate(state.get("history", [])):
@@ -296,6 +299,7 @@ class _Session:
         self.foreign: List[str] = []
         self.disk = _scan(self.layout, self.foreign)
         self.state = load_state(root)
+        self.adopted: List[str] = []  # releases first seen by this session (given their `seq`)
         self._adopt()
         self._reconcile_current()
         self.before = copy.deepcopy(self.state)
@@ -305,10 +309,12 @@ class _Session:
         self.pruned: List[str] = []
         self.forgotten: List[str] = []
         self.kept: List[_Keep] = []
+        self.record_order = False  # persist the adopted releases' `seq` although nothing else changes
 
     # ---- view -------------------------------------------------------------------------------
     def _adopt(self) -> None:
         entries = self.state["releases"]
+        adopted = []
         for name, disk in self.disk.items():
             if not disk.complete:
                 continue
@@ -319,8 +325,16 @@ class _Session:
             rebuilt = entry is not None and built_at and entry.get("created_at") and entry["created_at"] != built_at
             if entry is None or rebuilt:
                 entries[name] = {"commit": manifest.get("commit"), "status": "built", "created_at": built_at}
+                adopted.append(name)
             elif not entry.get("commit"):
                 entry["commit"] = manifest.get("commit")
+        # The order releases came in, recorded once (`seq`): prune goes by it, never by a clock that can jump
+        # back. Releases first seen together are ordered by their build times among themselves.
+        adopted.sort(key=lambda name: (str(entries[name].get("created_at") or ""), name))
+        after = max((entry.get("seq") or 0 for entry in entries.values()), default=0)
+        for offset, name in enumerate(adopted, start=1):
+            entries[name]["seq"] = after + offset
+        self.adopted = adopted
 
     def _reconcile_current(self) -> None:
         linked = _read_current_link(self.layout)
@@ -345,12 +359,13 @@ class _Session:
         return disk is not None and disk.complete
 
     def ordered_names(self) -> List[str]:
-        """Known releases, newest first: by creation time (state order, never mtimes), then activation."""
+        """Known releases, newest first: by the order state.json recorded them in (`seq`), never by a clock.
+        Entries from before `seq` (older state files) come after every recorded one, by creation time."""
         entries = self.state["releases"]
 
         def recency(name: str) -> Any:
             entry = entries[name]
-            return (entry.get("created_at") or "", entry.get("activated_at") or "", name)
+            return (entry.get("seq") or 0, entry.get("created_at") or "", entry.get("activated_at") or "", name)
 
         return sorted(entries, key=recency, reverse=True)
 
@@ -526,6 +541,9 @@ class _Session:
                 "location)"
             )
             return
+        # A prune records the order of the releases it sees (the build's own prune: right after the build), so
+        # that a later prune goes by the order they came in.
+        self.record_order = bool(self.adopted)
         if self.foreign:
             self.warnings.append(
                 f"left alone under {self.layout.releases}: {', '.join(self.foreign)} (not a release name of this "
@@ -558,10 +576,15 @@ class _Session:
     # ---- effects ----------------------------------------------------------------------------
     @property
     def changed(self) -> bool:
-        return self.state != self.before or bool(self.remove) or any(keep.changed for keep in self.kept)
+        return (
+            self.state != self.before
+            or bool(self.remove)
+            or self.record_order
+            or any(keep.changed for keep in self.kept)
+        )
 
     def execute(self) -> None:
-        if self.state != self.before or self.remove:
+        if self.state != self.before or self.remove or self.record_order:
             self._apply_releases()
         # After the verdict: a copy that fails leaves the earlier last good copies and a release marked
         # good, which the deploy's rescue marks failed and rolls back from (never new copies of an unmarked one).
@@ -570,15 +593,47 @@ class _Session:
                 _write_copy(keep)
 
     def _apply_releases(self) -> None:
+        # The state first, then the link: a state that cannot be written (a full disk) moves nothing, and a
+        # link that cannot be moved puts the old state back. `current` never names a release that state.json
+        # does not record as current (the rescue reads state.json to know what to go back to).
+        serving = self.before["current"]
+        try:
+            write_json_atomic(self.layout.state, self.state)
+        except OSError as exc:
+            raise ReleaseError(
+                f"cannot write {self.layout.state}: {exc.strerror or exc}. Nothing was changed: "
+                f"{self.layout.current} still points to {serving or '(nothing)'}. Fix: free space on the file "
+                f"system of {self.layout.root} (or make it writable), then re-run"
+            ) from exc
         if self.link_target is not None:
-            self._swap_current(self.link_target)
+            try:
+                self._swap_current(self.link_target)
+            except OSError as exc:
+                undone = self._write_back_before()
+                raise ReleaseError(
+                    f"cannot point {self.layout.current} at {self.link_target}: {exc.strerror or exc}. "
+                    f"It still points to {serving or '(nothing)'}; "
+                    + (
+                        "state.json says so again"
+                        if undone
+                        else f"state.json could not be put back and names {self.link_target} (the link wins)"
+                    )
+                    + f". Fix: free space on the file system of {self.layout.root} (or make it writable), then re-run"
+                ) from exc
         for name in self.remove:
             if not RELEASE_NAME.match(name):  # a name from state.json only: nothing of ours on disk to delete
                 continue
             remove_hidden_first(os.path.join(self.layout.releases, name))
             remove_hidden_first(os.path.join(self.layout.wheels, name))
         self._remove_leftovers()
-        write_json_atomic(self.layout.state, self.state)
+
+    def _write_back_before(self) -> bool:
+        """Put state.json back as it was before the action; whether that worked."""
+        try:
+            write_json_atomic(self.layout.state, self.before)
+        except OSError:
+            return False
+        return True
 
     def _swap_current(self, name: str) -> None:
         # rename(2) over the old link is atomic: readers see the old release or the new one, never none.

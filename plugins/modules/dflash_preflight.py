@@ -103,8 +103,11 @@ options:
     description:
       - The environment the service will run with (the env file's variables), to see for example
         C(VLLM_USE_V2_MODEL_RUNNER).
-      - Values of keys that look secret (containing C(TOKEN), C(KEY), C(SECRET) or C(PASSWORD)) are masked
-        in the module's output.
+      - Values of keys that say they hold a credential are masked in the module's output. The rule is the
+        collection's one for every module - any case, anywhere in the name - C(TOKEN) (not C(TOKENIZER)),
+        C(KEY), C(SECRET), C(PASS), C(CREDENTIAL), C(AUTH), C(COOKIE), C(SESSION), C(PRIVATE), and C(PAT) or
+        C(PWD) as a word of their own, so C(HFTOKEN), C(OPENAI_APIKEY), C(DB_PASS) and C(GITHUB_PAT) are masked
+        and C(TOKENIZERS_PARALLELISM) is not.
     type: dict
     default: {}
   fail_on_warnings:
@@ -220,14 +223,13 @@ fallback_keys:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import secret_name
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._preflight import (
     ERROR,
     WARNING,
     PreflightError,
     preflight,
 )
-
-SECRET_MARKERS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
 
 
 def main() -> None:
@@ -246,11 +248,9 @@ def main() -> None:
     )
     params = module.params
     # Only secret-looking values are masked: masking the whole env would also mask every "1" in the output.
+    # The collection's one rule (_common.secret_name): HFTOKEN and DB_PASS are secrets, TOKENIZERS_PARALLELISM is not.
     module.no_log_values.update(
-        str(value)
-        for key, value in params["env"].items()
-        # whole `_`-separated words: TOKENIZERS_PARALLELISM=false is no secret (and masking would hide every "false")
-        if value not in (None, "") and any(part in SECRET_MARKERS for part in str(key).upper().split("_"))
+        str(value) for key, value in params["env"].items() if value not in (None, "") and secret_name(str(key))
     )
     try:
         result = preflight(

@@ -10,6 +10,7 @@ try:
 except (OSError, ValueError):
     sys.exit(0)  # no status (yet): prints nothing
 pid = status.get("pid")
+started = status.get("pid_start")  # the build's start time (ticks after boot): (pid, pid_start) is the build
 alive = True
 if isinstance(pid, int) and pid > 0:
     try:
@@ -21,8 +22,13 @@ if isinstance(pid, int) and pid > 0:
     if alive:
         try:  # a zombie (killed, not yet reaped by async_wrapper) has stopped building too
             with open(f"/proc/{pid}/stat") as handle:
-                alive = handle.read().rpartition(")")[2].split()[0] != "Z"
-        except (OSError, IndexError):
+                fields = handle.read().rpartition(")")[2].split()
+            alive = fields[0] != "Z"
+            # The pid runs, but another process than the build that died: the kernel gave the pid out again.
+            if alive and isinstance(started, int) and int(fields[19]) != started:
+                alive = False
+                status["pid_reused"] = True
+        except (OSError, IndexError, ValueError):
             pass
 status["alive"] = alive
 if not alive and status.get("log_path"):

@@ -54,6 +54,36 @@ def test_a_zombie_build_is_dead(tmp_path):
         zombie.wait()
 
 
+def _start_of(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rfind(")") + 2 :].split()[19])
+
+
+def test_a_reused_pid_is_not_taken_for_the_build(tmp_path):
+    """Issue 28, case 19a: the build died and its pid went to another process; the role polled that
+    stranger for build_timeout + 300 s. The status names (pid, start time): a later start is not the build."""
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        status = tmp_path / "build-status.json"
+        build = {"run_id": "r", "pid": stranger.pid, "stage": "build", "log_path": None}
+        status.write_text(json.dumps(dict(build, pid_start=_start_of(stranger.pid) - 1)))  # started earlier
+        result = probe(status)
+        assert result["alive"] is False and result["pid_reused"] is True
+        status.write_text(json.dumps(dict(build, pid_start=_start_of(stranger.pid))))  # the same process
+        assert probe(status)["alive"] is True
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+def test_the_status_file_records_the_pid_and_its_start(tmp_path):
+    from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_status import StatusFile
+
+    StatusFile(str(tmp_path), "r", "main").stage("resolve")
+    data = json.loads((tmp_path / "build-status.json").read_text())
+    assert (data["pid"], data["pid_start"]) == (os.getpid(), _start_of(os.getpid()))
+
+
 def test_no_status_yet_prints_nothing(tmp_path):
     assert probe(tmp_path / "missing.json") == {}
 

@@ -17,6 +17,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._lock import host_
 from ansible_collections.vllm_ops.dflash.tests.helpers.tiny_repo import installed_version, make_tiny_repo
 
 SLOW = pytest.mark.slow_build
+STAGING = _build.STAGING_PREFIX
 
 
 @pytest.fixture(scope="module")
@@ -125,6 +126,42 @@ def test_secrets_in_pip_args_build_env_and_the_wheel_url_are_recorded_nowhere(ti
     manifest = json.loads(texts["manifest"])
     assert manifest["inputs"]["build_env"] == {"HF_TOKEN": "********", "WANDB_APIKEY": "********", "MAX_JOBS": "1"}
     assert "https://127.0.0.1:9/simple" in manifest["inputs"]["pip_args"]
+
+
+@SLOW
+def test_a_github_pat_is_in_no_file_and_the_manifest_and_log_are_private(tiny, pip_args, built, tmp_path):
+    """Issue 28, case 10: GITHUB_PAT was in clear in manifest.json and the build log, both 0644."""
+    root = tmp_path / "root"
+    env = {"GITHUB_PAT": "ghp_s3cr3tPAT0123", "MAX_JOBS": "1"}
+    result = build(_options(tiny, root, pip_args, wheel=built["wheel"], build_env=env, precompiled="never"))
+    manifest, log = Path(result["release"], "manifest.json"), Path(result["log_path"])
+    for path in (manifest, log, root / "build-status.json"):
+        assert "ghp_s3cr3tPAT0123" not in path.read_text(), path
+    assert "ghp_s3cr3tPAT0123" not in json.dumps(result)
+    assert json.loads(manifest.read_text())["inputs"]["build_env"]["GITHUB_PAT"] == "********"
+    assert {path.name: os.stat(path).st_mode & 0o777 for path in (manifest, log)} == {
+        "manifest.json": 0o600,
+        log.name: 0o600,
+    }
+
+
+@SLOW
+@pytest.mark.parametrize("linked", ["build", "releases", "wheels"])
+def test_a_linked_build_dir_is_refused_and_nothing_outside_the_root_is_deleted(tiny, pip_args, built, tmp_path, linked):
+    """Issue 28, case 1: with <root>/build a symlink to a scratch disk, every build rmtree'd every entry of
+    the link's target. Now the build refuses before it deletes (or writes) anything there."""
+    root, scratch = tmp_path / "root", tmp_path / "scratch"
+    (scratch / "someone-elses-dir").mkdir(parents=True)
+    (scratch / "someone-elses-dir" / "data").write_text("keep me")
+    (scratch / f"{STAGING}0123456789ab-01234567").mkdir()  # looks like our debris, but is not in the root
+    root.mkdir()
+    os.symlink(scratch, root / linked)
+    opts = _options(tiny, root, pip_args, wheel=built["wheel"], precompiled="never")
+    with pytest.raises(BuildError, match=f"{linked} leads out of") as info:
+        build(opts)
+    assert "Fix:" in str(info.value) and "Nothing was changed" in str(info.value)
+    assert sorted(p.name for p in scratch.iterdir()) == [f"{STAGING}0123456789ab-01234567", "someone-elses-dir"]
+    assert (scratch / "someone-elses-dir" / "data").read_text() == "keep me"
 
 
 def test_a_ref_with_a_newline_or_nul_is_refused_before_anything_is_written(tiny, tmp_path):

@@ -85,6 +85,16 @@ def test_secrets_are_masked_by_name_and_in_urls():
     assert option_secrets(params) == {"hf_x1", "k2", "p3", "c4", "t5", "tok6", "tok7", "tok8", "tok9"}
 
 
+def test_a_github_pat_and_glued_markers_are_masked_in_the_recorded_build_env():
+    """Issue 28, case 10: GITHUB_PAT (no marker of the old list) was recorded in clear in the manifest."""
+    env = {"GITHUB_PAT": "ghp_1", "HFTOKEN": "hf_2", "OPENAI_APIKEY": "sk_3", "TOKENIZERS_PARALLELISM": "false"}
+    env["PYTHONPATH"] = "/opt/src"
+    recorded = recorded_build_env(env)
+    assert [recorded[name] for name in ("GITHUB_PAT", "HFTOKEN", "OPENAI_APIKEY")] == [MASK] * 3
+    assert (recorded["TOKENIZERS_PARALLELISM"], recorded["PYTHONPATH"]) == ("false", "/opt/src")
+    assert option_secrets({"build_env": env}) == {"ghp_1", "hf_2", "sk_3"}
+
+
 def test_the_doc_fragment_takes_its_defaults_from_the_spec():
     yaml = pytest.importorskip("yaml")
     from ansible_collections.vllm_ops.dflash.plugins.doc_fragments.build import ModuleDocFragment

@@ -8,8 +8,11 @@ import re
 
 import pytest
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import (
+    open_private_append,
     read_json,
     redact_url,
+    remove_tree_within,
+    secret_name,
     sha256_file,
     utc_now,
     write_json_atomic,
@@ -73,3 +76,48 @@ def test_sha256_file(tmp_path):
 )
 def test_redact_url(url, expected):
     assert redact_url(url) == expected
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["HFTOKEN", "HF_TOKEN", "OPENAI_APIKEY", "DB_PASS", "GITHUB_PAT", "api_key", "password", "hf-token", "DB_PWD",
+     "MY_CREDENTIALS", "AWS_SECRET_ACCESS_KEY", "gh_pat_2"],
+)  # fmt: skip
+def test_secret_names_are_found_by_substring(name):
+    assert secret_name(name)
+
+
+@pytest.mark.parametrize("name", ["TOKENIZERS_PARALLELISM", "PATH", "PYTHONPATH", "PWD", "OLDPWD", "MAX_JOBS", "HOME"])
+def test_names_that_only_look_like_a_marker_are_no_secret(name):
+    assert not secret_name(name)
+
+
+def test_a_private_log_is_0600_from_its_creation_and_made_so_if_wider(tmp_path):
+    umask = os.umask(0o022)
+    fresh, wide = tmp_path / "logs" / "fresh.log", tmp_path / "wide.log"
+    wide.write_text("old\n")
+    wide.chmod(0o644)
+    for path in (fresh, wide):
+        with open_private_append(str(path)) as handle:
+            handle.write(b"line\n")
+        assert os.stat(path).st_mode & 0o777 == 0o600, path
+    os.umask(umask)
+    assert wide.read_text() == "old\nline\n"
+
+
+def test_write_json_atomic_gives_the_mode_asked_for(tmp_path):
+    write_json_atomic(str(tmp_path / "m.json"), {"a": 1}, mode=0o600)
+    assert os.stat(tmp_path / "m.json").st_mode & 0o777 == 0o600
+
+
+def test_remove_tree_within_never_follows_a_link_out_of_the_root(tmp_path):
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    (outside / "victim").mkdir(parents=True)
+    (outside / "victim" / "f").write_text("x")
+    (root / "own" / "sub").mkdir(parents=True)
+    os.symlink(outside, root / "linked-dir")  # a parent that leads out
+    os.symlink(outside / "victim", root / "own" / "link")  # a link to delete: the link, not its target
+    assert remove_tree_within(str(root), str(root / "linked-dir" / "victim")) is False
+    assert remove_tree_within(str(root), str(root / "own" / "link")) is True
+    assert (outside / "victim" / "f").read_text() == "x" and not os.path.lexists(root / "own" / "link")
+    assert remove_tree_within(str(root), str(root / "own")) is True and not (root / "own").exists()

@@ -335,6 +335,21 @@ def test_prune_keeps_newest_current_and_previous(host):
     assert act(host, "prune", keep_releases=1)["changed"] is False
 
 
+def test_prune_goes_by_the_recorded_order_when_the_clock_jumps_back(host):
+    """Issue 28, case 18: after the wall clock jumped back, the newest build carried the oldest built_at, and
+    prune removed it and kept a stale one."""
+    act(host, "activate", release=name_of(1))  # state.json records R1..R4 (in that order)
+    make_release(host, name_of(5), commit_of(5), "2026-10-01T00:00:00Z")  # built last, the clock a month back
+    result = act(host, "prune", keep_releases=1)
+    assert result["pruned"] == [name_of(4), name_of(3), name_of(2)]
+    assert sorted(os.listdir(host / "releases")) == sorted([name_of(5), name_of(1)])
+    assert [entry["name"] for entry in result["releases"]] == [name_of(5), name_of(1)]
+    # recorded: a later prune still knows R5 came last, although its built_at says otherwise
+    make_release(host, name_of(6), commit_of(6), "2026-09-01T00:00:00Z")
+    assert act(host, "prune", keep_releases=1)["pruned"] == [name_of(5)]
+    assert sorted(os.listdir(host / "releases")) == sorted([name_of(6), name_of(1)])
+
+
 def test_prune_keeps_the_rollback_target_and_spends_no_place_on_failed_releases(host):
     act(host, "activate", release=name_of(1))
     act(host, "mark_good")
@@ -494,12 +509,33 @@ def test_failed_swap_leaves_current_and_no_temporary_link(host, monkeypatch):
         return real_replace(src, dst)
 
     monkeypatch.setattr(_releases.os, "replace", failing_replace)
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(ReleaseError, match=r"No space left.*still points to .*state.json says so again.*Fix:"):
         act(host, "activate", release=name_of(2))
     monkeypatch.undo()
     assert os.readlink(host / "current") == os.path.join("releases", name_of(1))
     assert sorted(os.listdir(host)) == [".lock", "current", "releases", "state.json", "wheels"]
     assert state_of(host)["current"] == name_of(1)
+
+
+def test_a_full_disk_during_activation_moves_no_link(host, monkeypatch):
+    """Issue 28, case 5: the link moved to the ungated release before state.json (which could not be
+    written) recorded it, so `current` named B while state.json said A and the rescue read A."""
+    act(host, "activate", release=name_of(1))
+    before = state_of(host)
+
+    def full_disk(path, data, mode=0o644):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(_releases, "write_json_atomic", full_disk)
+    with pytest.raises((ReleaseError, OSError)) as info:
+        act(host, "activate", release=name_of(2))
+    monkeypatch.undo()
+    assert os.readlink(host / "current") == os.path.join("releases", name_of(1))
+    assert state_of(host) == before
+    message = str(info.value)
+    assert info.type is ReleaseError and "No space left on device" in message
+    assert f"still points to {name_of(1)}" in message and "Fix: free space" in message
+    assert sorted(os.listdir(host)) == [".lock", "current", "releases", "state.json", "wheels"]
 
 
 def test_swap_renames_a_relative_temporary_link_over_the_old_one(host, monkeypatch):

@@ -165,3 +165,28 @@ def test_wrong_option_type_is_refused_by_ansible(tmp_path: Path) -> None:
 def test_module_is_python38_syntax() -> None:
     """The module runs on the target's system Python."""
     ast.parse((ROOT / "plugins" / "modules" / "dflash_preflight.py").read_text(), feature_version=(3, 8))
+
+
+def test_secret_env_values_are_masked_by_the_one_rule_of_every_module(tmp_path: Path) -> None:
+    """Issue 28, case 7b: names with the marker inside a word (HFTOKEN, OPENAI_APIKEY) or a marker the old
+    word list lacked (DB_PASS, GITHUB_PAT) came back in clear in the module's arguments."""
+    secrets = {
+        "HFTOKEN": "hf_glued_s3cret",
+        "OPENAI_APIKEY": "sk-glued-s3cret",
+        "DB_PASS": "db-s3cret-pass",
+        "GITHUB_PAT": "ghp_s3cretpat",
+        "api_key": "lower-s3cret-key",
+    }
+    plain = {"TOKENIZERS_PARALLELISM": "false", "PATH": "/usr/bin:/bin", "VLLM_USE_V2_MODEL_RUNNER": "1"}
+    result = run_module(
+        tmp_path,
+        speculative_config={"method": "dflash", "model": "m"},
+        drafter_config=str(DRAFTERS / "qwen36_dflash.json"),
+        vllm_facts=FACTS_026,
+        env={**secrets, **plain},
+    )
+    assert result["rc"] == 0
+    dumped = json.dumps(result)
+    for name, value in secrets.items():
+        assert value not in dumped, name
+    assert {name: result["invocation"]["module_args"]["env"][name] for name in plain} == plain

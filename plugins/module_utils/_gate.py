@@ -134,6 +134,19 @@ class _TooLarge(Exception):
     """A response body larger than its cap."""
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Never follow a redirect: the 3xx comes back as an HTTPError that explain() names with its Location.
+
+    vLLM answers /metrics, /version and /v1/* itself and never redirects them. A redirect means something
+    else answers at url (a proxy, a login page, another host): following it would send the api_key there
+    and judge that host's counters, and even a same-origin redirect without the key would measure another
+    path than the one asked for. So the gate refuses it rather than choosing what to send where.
+    """
+
+    def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str) -> None:
+        return None
+
+
 def _set_read_timeout(response: Any, seconds: float) -> None:
     """Bound the next read by `seconds`: urllib's timeout is per socket read, set once at connect."""
     raw = getattr(getattr(response, "fp", None), "raw", None)
@@ -208,7 +221,7 @@ class _Server:
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE
         # Stdlib opener (this core imports no Ansible, so not ansible.module_utils.urls.open_url).
-        self.opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=context))
+        self.opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=context), _NoRedirect())
         self.deadline_seconds = gate_deadline(settings)
         self.deadline = time.monotonic() + self.deadline_seconds
 
@@ -270,6 +283,13 @@ class _Server:
                 )
             elif exc.code == 404:
                 fix = not_found_fix
+            elif 300 <= exc.code < 400:
+                location = display_url(str(exc.headers.get("Location") or "")) or "no Location"
+                return (
+                    f"HTTP {exc.code} from {where}: a redirect to {location}, which the gate does not follow (it "
+                    "would send the api_key there and judge another server's counters); set url to the vLLM "
+                    "server itself, not a proxy or a name that redirects"
+                )
             else:
                 fix = "see the vLLM server log"
             return f"HTTP {exc.code} from {where}: {_error_detail(exc)}; {fix}"

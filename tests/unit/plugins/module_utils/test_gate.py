@@ -743,3 +743,73 @@ def test_rule_options_out_of_range_are_refused_before_any_traffic():
     with FakeVLLM() as fake, pytest.raises(GateError, match="max_throughput_drop must be a fraction"):
         gate_with(fake, rules=RelativeRules(max_throughput_drop=2.0))
     assert fake.requests == []
+
+
+# ------------------------------------------------------------------------------ issue 28: the gate's faults
+
+
+class Redirector:
+    """A server that answers every GET (or POST, with `posts`) with `code` and Location `target` + the path."""
+
+    def __init__(self, target, code=302, posts=False):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _redirect(self):
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                self.send_response(code)
+                self.send_header("Location", target + self.path)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def do_GET(self):
+                if self.path == "/metrics" and posts:  # a real page before, so the completions are sent
+                    page = BEFORE.encode()
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(page)))
+                    self.end_headers()
+                    self.wfile.write(page)
+                    return
+                self._redirect()
+
+            do_POST = _redirect
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("code", [301, 302, 303, 307, 308])
+def test_a_redirected_metrics_page_is_refused_and_the_key_stays_home(code):
+    # Case 6: /metrics redirects to another host; the gate followed it with the Bearer key and passed on
+    # that host's counters. Now the redirect is an error naming its Location, and the other host sees nothing.
+    with FakeVLLM(accepted_pattern=(7,), api_key="s3cret") as elsewhere:
+        with Redirector(elsewhere.url, code) as front, pytest.raises(GateError) as error:
+            run_gate(settings(front.url, api_key="s3cret"))
+        assert elsewhere.metrics_scrapes == 0 and elsewhere.requests == []
+    message = str(error.value)
+    assert f"HTTP {code} from {front.url}/metrics: a redirect to {elsewhere.url}/metrics" in message
+    assert "does not follow" in message and "s3cret" not in message
+
+
+@pytest.mark.parametrize("code", [302, 303, 307])
+def test_a_redirected_completion_is_a_failed_request_and_the_key_stays_home(code):
+    with FakeVLLM(accepted_pattern=(7,), api_key="s3cret") as elsewhere:
+        with Redirector(elsewhere.url, code, posts=True) as front:
+            outcome = run_gate(settings(front.url, api_key="s3cret", requests=2, settle_seconds=0.2, min_drafts=0))
+        assert elsewhere.requests == []
+    assert not outcome.passed and outcome.report["requests_failed"] == 2
+    assert f"a redirect to {elsewhere.url}/v1/completions" in outcome.report["errors"][0]["error"]

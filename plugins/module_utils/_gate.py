@@ -91,6 +91,8 @@ class GateSettings:
     min_mean_acceptance_length: float = 2.0
     min_draft_acceptance_rate: Optional[float] = None
     min_drafts: int = 50
+    # The server's num_speculative_tokens (K): the per-position series must number K. None = not checked.
+    num_speculative_tokens: Optional[int] = None
     timeout: float = 60.0
     # The whole run (scrapes, completions, settling); None = derived from timeout (gate_deadline()).
     deadline: Optional[float] = None
@@ -424,6 +426,8 @@ def _validate(settings: GateSettings) -> None:
             problems.append(f"{name} must be at least 1")
     if settings.min_drafts < 0:
         problems.append("min_drafts must be 0 or more")
+    if settings.num_speculative_tokens is not None and settings.num_speculative_tokens < 1:
+        problems.append("num_speculative_tokens must be at least 1 (the server's speculative_config value)")
     if settings.timeout <= 0:
         problems.append("timeout must be more than 0 seconds")
     if settings.deadline is not None and settings.deadline <= 0:
@@ -549,7 +553,7 @@ def run_gate(settings: GateSettings) -> GateOutcome:
     try:
         window = delta(before, after)
         stats = acceptance_stats(window)
-        check_invariants(window, stats)
+        check_invariants(window, stats, settings.num_speculative_tokens)
     except MetricsError as exc:
         raise GateError(f"{server.shown}/metrics: {exc}") from exc
     requests = len(schedule)

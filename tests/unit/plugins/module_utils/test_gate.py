@@ -813,3 +813,54 @@ def test_a_redirected_completion_is_a_failed_request_and_the_key_stays_home(code
         assert elsewhere.requests == []
     assert not outcome.passed and outcome.report["requests_failed"] == 2
     assert f"a redirect to {elsewhere.url}/v1/completions" in outcome.report["errors"][0]["error"]
+
+
+@pytest.mark.parametrize(
+    ("after", "gate_options", "figures"),
+    [
+        (
+            spec_page(100, 700, 500, [0] * 7),
+            {},
+            "vllm:spec_decode_num_accepted_tokens_per_pos_total sums to 0, but "
+            "vllm:spec_decode_num_accepted_tokens_total counted 500",
+        ),
+        (
+            spec_page(100, 700, 300, [50, 100, 50, 50, 50, 0, 0]),
+            {},
+            "vllm:spec_decode_num_accepted_tokens_per_pos_total position 1 accepted 100 > position 0 50",
+        ),
+        (
+            spec_page(100, 700, 300, [100, 100, 50, 50, 0, 0, 0]),
+            {"num_speculative_tokens": 15},
+            "vllm:spec_decode_num_accepted_tokens_per_pos_total has 7 positions, but the server runs "
+            "num_speculative_tokens 15",
+        ),
+        (
+            spec_page(100, 900, 300, [100, 100, 50, 50, 0, 0, 0]),
+            {},
+            "vllm:spec_decode_num_draft_tokens_total 900 > drafts 100 * K 7",
+        ),
+    ],
+    ids=["per-position-sum-0-vs-500", "not-a-prefix", "K-7-vs-15", "draft-tokens>drafts*K"],
+)
+def test_counters_vllm_cannot_produce_are_refused_naming_the_counter(after, gate_options, figures):
+    # Case 7: each of these passed the gate at 4893f05.
+    with HostileServer(pages=[BEFORE, after], completion=GOOD_COMPLETION) as server, pytest.raises(GateError) as error:
+        run_gate(settings(server.url, requests=2, settle_seconds=0.2, min_drafts=1, **gate_options))
+    assert figures in str(error.value)
+    assert "impossible" in str(error.value) and "Fix:" in str(error.value)
+
+
+def test_drafts_without_per_position_series_are_refused():
+    # Case 7: a page without the per-position series passed at AL 101 (K unknown, so never compared).
+    pages = [spec_page(0, 0, 0, []), spec_page(10, 1000, 1000, [])]
+    with HostileServer(pages=pages, completion=GOOD_COMPLETION) as server, pytest.raises(GateError) as error:
+        run_gate(settings(server.url, requests=2, settle_seconds=0.2, min_drafts=1))
+    assert "10 drafts but no vllm:spec_decode_num_accepted_tokens_per_pos_total series" in str(error.value)
+
+
+def test_the_right_number_of_positions_passes():
+    after = spec_page(100, 700, 300, [100, 100, 50, 50, 0, 0, 0])
+    with HostileServer(pages=[BEFORE, after], completion=GOOD_COMPLETION) as server:
+        outcome = run_gate(settings(server.url, requests=2, settle_seconds=0.2, min_drafts=1, num_speculative_tokens=7))
+    assert outcome.passed and outcome.report["mean_acceptance_length"] == 4.0

@@ -51,6 +51,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._metrics import (
     latency_percentiles,
     library_parser_available,
     parse_metrics,
+    process_start_times,
     spec_decode_model_names,
     spec_decode_snapshot,
 )
@@ -226,6 +227,8 @@ class _Server:
         self.opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=context), _NoRedirect())
         self.deadline_seconds = gate_deadline(settings)
         self.deadline = time.monotonic() + self.deadline_seconds
+        # process_start_time_seconds of the first scrape: every later scrape must come from that process.
+        self.process_start: Optional[Tuple[float, ...]] = None
 
     def remaining(self) -> float:
         return self.deadline - time.monotonic()
@@ -336,9 +339,28 @@ class _Server:
                 self.explain(exc, "/metrics", "no metrics there: is url the vLLM server (not a proxy or another app)?")
             ) from exc
         try:
-            return parse_metrics(text)
+            families = parse_metrics(text)
         except MetricsError as exc:
             raise GateError(f"{self.shown}/metrics: {exc}") from exc
+        self._same_process(process_start_times(families))
+        return families
+
+    def _same_process(self, started: Tuple[float, ...]) -> None:
+        """Refuse a scrape of another server process than the first one's (a restart, or another backend).
+
+        Counters that went down already say "restarted"; a restart whose new counters grew past the old
+        ones before the last scrape does not, and would mix two processes' counters into one window.
+        """
+        if self.process_start is None:
+            self.process_start = started
+            return
+        if started != self.process_start:
+            raise GateError(
+                f"the vLLM server restarted during the gate: {self.shown}/metrics reports "
+                f"process_start_time_seconds {_starts(started)}, first {_starts(self.process_start)}, so the "
+                "window would mix two server processes' counters; wait until the server is stable (no restart "
+                "loop, one backend behind url) and run the gate again"
+            )
 
     def scrape(self, model: Optional[str], families: Optional[List[MetricFamily]] = None) -> SpecDecodeSnapshot:
         try:
@@ -415,6 +437,20 @@ class _Server:
 
 
 # ---------------------------------------------------------------------------------------------- the run
+
+
+def _starts(started: Tuple[float, ...]) -> str:
+    if not started:
+        return "none"
+    return ", ".join(f"{value:.2f} ({_start_time(value)})" for value in started)
+
+
+def _start_time(value: float) -> str:
+    """A process start as UTC, or as given when no clock can show it (the page is hostile or broken)."""
+    try:
+        return _utc(value)
+    except (OverflowError, OSError, ValueError):
+        return repr(value)
 
 
 def _validate(settings: GateSettings) -> None:
@@ -567,6 +603,8 @@ def run_gate(settings: GateSettings) -> GateOutcome:
         "metrics_model_name": model,
         "release": settings.identity.get("release"),
         "identity": identity,
+        # The one server process every scrape came from (None: the page has no process collector).
+        "server_started_at": [_start_time(value) for value in server.process_start] if server.process_start else None,
         "started_at": _utc(started),
         "finished_at": _utc(time.time()),
         "thresholds": {

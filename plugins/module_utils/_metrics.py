@@ -35,6 +35,7 @@ __all__ = [
     "latency_percentiles",
     "library_parser_available",
     "parse_metrics",
+    "process_start_times",
     "spec_decode_model_names",
     "spec_decode_snapshot",
 ]
@@ -45,6 +46,8 @@ ACCEPTED_TOKENS = "vllm:spec_decode_num_accepted_tokens_total"
 ACCEPTED_PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 GENERATION_TOKENS = "vllm:generation_tokens_total"
 PROMPT_TOKENS = "vllm:prompt_tokens_total"
+# prometheus_client's process collector, which vLLM's API server registers (absent in multiprocess mode).
+PROCESS_START = "process_start_time_seconds"
 
 # z for a two-sided 95% normal interval.
 Z95 = 1.959963984540054
@@ -334,6 +337,11 @@ def _samples(families: Iterable[MetricFamily], names: Sequence[str]) -> Iterable
         for sample in family.samples:
             if sample.name in names:
                 yield sample
+
+
+def process_start_times(families: Iterable[MetricFamily]) -> Tuple[float, ...]:
+    """The page's `process_start_time_seconds` values, sorted: which server process answered (empty: unknown)."""
+    return tuple(sorted(sample.value for sample in _samples(families, (PROCESS_START,))))
 
 
 def spec_decode_model_names(families: Sequence[MetricFamily]) -> List[str]:

@@ -224,7 +224,8 @@ def test_server_restart_during_the_gate_is_a_clear_error():
     with FakeVLLM() as fake:
         assert run_gate(settings(fake.url)).passed  # traffic before: the counters are well above 0
         fake.restart_after = len(fake.requests) + 2
-        with pytest.raises(GateError, match=r"went down .* restarted"):
+        # The new process start is seen first; a page without one still says "went down" (test_metrics.py).
+        with pytest.raises(GateError, match=r"server restarted during the gate"):
             run_gate(settings(fake.url, requests=4))
 
 
@@ -864,3 +865,46 @@ def test_the_right_number_of_positions_passes():
     with HostileServer(pages=[BEFORE, after], completion=GOOD_COMPLETION) as server:
         outcome = run_gate(settings(server.url, requests=2, settle_seconds=0.2, min_drafts=1, num_speculative_tokens=7))
     assert outcome.passed and outcome.report["mean_acceptance_length"] == 4.0
+
+
+def started_at(page, seconds):
+    return f"# HELP process_start_time_seconds Start time.\n# TYPE process_start_time_seconds gauge\n" \
+        f"process_start_time_seconds {seconds!r}\n" + page  # fmt: skip
+
+
+def test_a_restart_whose_counters_grow_past_the_old_ones_is_refused():
+    # Case 19b: the server restarted mid-gate and its new counters (300 drafts) outgrew the old (100): no
+    # counter went down, so the gate judged a window of two processes. process_start_time_seconds tells them apart.
+    before = started_at(spec_page(100, 700, 300, [100, 100, 50, 50, 0, 0, 0]), 1795980436.69)
+    after = started_at(spec_page(300, 2100, 900, [300, 300, 150, 150, 0, 0, 0]), 1795990000.0)
+    with HostileServer(pages=[before, after], completion=GOOD_COMPLETION) as server, pytest.raises(GateError) as error:
+        run_gate(settings(server.url, requests=2, settle_seconds=0.2, min_drafts=1))
+    message = str(error.value)
+    assert message.startswith("the vLLM server restarted during the gate")
+    assert "process_start_time_seconds 1795990000.00 (2026-11-29T" in message and "first 1795980436.69" in message
+    assert "mix two server processes' counters" in message and "run the gate again" in message
+
+
+def test_one_process_throughout_passes_and_the_report_names_its_start():
+    before = started_at(spec_page(100, 700, 300, [100, 100, 50, 50, 0, 0, 0]), 1795980436.69)
+    after = started_at(spec_page(200, 1400, 600, [200, 200, 100, 100, 0, 0, 0]), 1795980436.69)
+    with HostileServer(pages=[before, after], completion=GOOD_COMPLETION) as server:
+        outcome = run_gate(settings(server.url, requests=2, settle_seconds=0.2, min_drafts=1))
+    assert outcome.passed and outcome.report["mean_acceptance_length"] == 4.0
+    assert outcome.report["server_started_at"] == ["2026-11-29T19:27:16Z"]
+
+
+def test_a_page_that_loses_its_process_collector_is_another_server():
+    before = started_at(spec_page(100, 700, 300, [100, 100, 50, 50, 0, 0, 0]), 1795980436.69)
+    after = spec_page(200, 1400, 600, [200, 200, 100, 100, 0, 0, 0])
+    with HostileServer(pages=[before, after], completion=GOOD_COMPLETION) as server, pytest.raises(GateError) as error:
+        run_gate(settings(server.url, requests=2, settle_seconds=0.2, min_drafts=1))
+    assert "process_start_time_seconds none, first 1795980436.69" in str(error.value)
+
+
+def test_a_fake_vllm_restart_mid_gate_is_named_a_restart():
+    with FakeVLLM() as fake:
+        assert run_gate(settings(fake.url)).passed
+        fake.restart_after = len(fake.requests) + 1  # early: the new process counts past the old totals
+        with pytest.raises(GateError, match=r"restarted during the gate"):
+            run_gate(settings(fake.url, requests=48))

@@ -11,11 +11,14 @@ Standard library only: this runs on the target's system Python.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, Dict, Mapping, Optional, Tuple
 
+from ansible_collections.vllm_ops.dflash.plugins.module_utils import _untrusted_json
+
 SLIDING_ATTENTION = "sliding_attention"
+# A drafter's config.json is a few KiB; a bigger one is not a config and must not take the host's memory.
+MAX_CONFIG_BYTES = 4 * 1024 * 1024
 
 
 def message(field: str, problem: str, fix: str) -> str:
@@ -51,21 +54,45 @@ def mapping(value: Any) -> Mapping[str, Any]:
 
 
 def _read_json_object(path: str) -> Dict[str, Any]:
+    """The JSON object in `path`, read within MAX_CONFIG_BYTES and _untrusted_json.MAX_DEPTH.
+
+    No error quotes the file: the preflight runs as root, and the path can be steered at any file.
+    """
     try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
+        with open(path, "rb") as handle:
+            raw = handle.read(MAX_CONFIG_BYTES + 1)
     except OSError as exc:
         raise PreflightError(
             "drafter_config",
             f"cannot read {path} ({exc.strerror or exc})",
             "point drafter_config at the drafter's config.json, its model directory or the Hugging Face cache",
         ) from exc
-    except ValueError as exc:
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise PreflightError(
+            "drafter_config",
+            f"{path} is larger than {MAX_CONFIG_BYTES // (1024 * 1024)} MiB, which no drafter config.json is",
+            "point drafter_config at the drafter's config.json (a few KiB), not a weights or data file",
+        )
+    try:
+        data = _untrusted_json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise PreflightError(
+            "drafter_config",
+            f"{path} is not UTF-8 text, so not a config.json",
+            "point drafter_config at the drafter's config.json, or download the drafter again",
+        ) from None
+    except _untrusted_json.TooDeep as exc:
+        raise PreflightError(
+            "drafter_config",
+            f"{path} is {exc}, which no drafter config.json is",
+            "point drafter_config at the drafter's own config.json, or download the drafter again",
+        ) from None
+    except ValueError as exc:  # json.JSONDecodeError: its message gives the position, never the content
         raise PreflightError(
             "drafter_config",
             f"{path} is not valid JSON ({exc})",
             "download the drafter again (the file is truncated or was edited by hand)",
-        ) from exc
+        ) from None
     if not isinstance(data, dict):
         raise PreflightError(
             "drafter_config",

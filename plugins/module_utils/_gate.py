@@ -29,6 +29,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from ansible_collections.vllm_ops.dflash.plugins.module_utils import _untrusted_json
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import write_text_atomic
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._gate_history import (
     Comparison,
@@ -203,7 +204,7 @@ def _error_detail(exc: urllib.error.HTTPError) -> str:
     except (OSError, http.client.HTTPException):
         body = ""
     try:
-        data = json.loads(body)
+        data = _untrusted_json.loads(body)
     except ValueError:
         return (body.strip() or str(exc.reason))[:200]
     if isinstance(data, dict):
@@ -321,7 +322,9 @@ class _Server:
     def version(self) -> Optional[str]:
         """The server's GET /version, None when it has none (then greedy outputs compare by prefix only)."""
         try:
-            answer = json.loads(self._request("/version", limit=MAX_COMPLETION_BYTES).decode("utf-8", "replace"))
+            answer = _untrusted_json.loads(
+                self._request("/version", limit=MAX_COMPLETION_BYTES).decode("utf-8", "replace")
+            )
         except (OSError, http.client.HTTPException, ValueError, _DeadlinePassed, _TooLarge):
             return None
         version = answer.get("version") if isinstance(answer, dict) else None
@@ -389,7 +392,7 @@ class _Server:
         not_found = f"set model to a served model name (GET {self.shown}/v1/models lists them)"
         try:
             body = self._request(path, payload, MAX_COMPLETION_BYTES)
-            answer = json.loads(body.decode("utf-8", "replace"))
+            answer = _untrusted_json.loads(body.decode("utf-8", "replace"))
         except _DeadlinePassed:
             return f"not sent or not finished before the gate's deadline of {self.deadline_seconds:g} s", 0, ""
         except _TooLarge as exc:
@@ -408,6 +411,7 @@ class _Server:
         except (OSError, http.client.HTTPException) as exc:
             return self.explain(exc, path, not_found), 0, ""
         except ValueError:
+            # Nested past _untrusted_json.MAX_DEPTH too: json would recurse into a RecursionError.
             return f"{self.shown}{path} answered with something that is not JSON; is url a vLLM server?", 0, ""
         try:
             choice = answer["choices"][0]

@@ -132,3 +132,37 @@ def test_drafter_found_in_a_cache_with_the_spec_revision(tmp_path: Path) -> None
     result = preflight(dict(DFLASH, revision="aaa111"), drafter_config=str(tmp_path), vllm_facts=facts())
     assert result["drafter_config_path"].endswith("aaa111/config.json")
     assert result["speculative_config"]["num_speculative_tokens"] == 7
+
+
+# ------------------------------------------------------------------------- issue 28: hostile drafter files
+
+
+def test_a_deeply_nested_config_is_a_clear_finding_not_a_traceback(tmp_path: Path) -> None:
+    # Case 14: json.load recursed into a RecursionError ("MODULE FAILURE", no message).
+    config = tmp_path / "drafter" / "config.json"
+    config.parent.mkdir()
+    config.write_text('{"architectures": ' + "[" * 200_000 + "]" * 200_000 + "}")
+    result = preflight(dict(DFLASH), drafter_config=str(config.parent), vllm_facts=facts())
+    messages = [f["message"] for f in result["findings"] if f["level"] == "error"]
+    assert any(f"{config} is nested deeper than 64 levels, which no drafter config.json is" in m for m in messages)
+
+
+def test_a_huge_config_is_refused_before_it_is_read_whole(tmp_path: Path) -> None:
+    # "Also seen": a 1.2 GiB config.json took 1.2 GiB of RSS. A sparse file of 64 MiB stands for it here.
+    config = tmp_path / "config.json"
+    with open(config, "wb") as handle:
+        handle.write(b'{"x": "')
+        handle.truncate(64 * 1024 * 1024)
+    with pytest.raises(PreflightError, match=r"config.json is larger than 4 MiB, which no drafter config.json is"):
+        load_drafter_config(str(config))
+
+
+SECRET = "root-only-secret-0123456789"
+
+
+def test_a_config_that_is_not_text_is_named_without_its_bytes(tmp_path: Path) -> None:
+    config = tmp_path / "config.json"
+    config.write_bytes(b'{"a": "\xff\xfe' + SECRET.encode() + b'"}')
+    with pytest.raises(PreflightError) as error:
+        load_drafter_config(str(config))
+    assert f"{config} is not UTF-8 text" in str(error.value) and SECRET not in str(error.value)

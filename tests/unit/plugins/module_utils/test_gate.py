@@ -908,3 +908,12 @@ def test_a_fake_vllm_restart_mid_gate_is_named_a_restart():
         fake.restart_after = len(fake.requests) + 1  # early: the new process counts past the old totals
         with pytest.raises(GateError, match=r"restarted during the gate"):
             run_gate(settings(fake.url, requests=48))
+
+
+def test_a_deeply_nested_completion_is_a_failed_request_not_a_traceback():
+    # Case 14's attack on the gate: json.loads recursed into a RecursionError that ended the module.
+    nested = b"[" * 100_000 + b"]" * 100_000
+    with HostileServer(pages=[BEFORE, BEFORE], completion=nested) as server:
+        outcome = run_gate(settings(server.url, requests=2, settle_seconds=0.2, min_drafts=0))
+    assert not outcome.passed and outcome.report["requests_failed"] == 2
+    assert "answered with something that is not JSON" in outcome.report["errors"][0]["error"]

@@ -11,11 +11,18 @@ Standard library only: this runs on the target's system Python.
 
 from __future__ import annotations
 
-import json
 import os
+import re
 from typing import Any, Dict, Mapping, Optional, Tuple
 
+from ansible_collections.vllm_ops.dflash.plugins.module_utils import _untrusted_json
+
 SLIDING_ATTENTION = "sliding_attention"
+# A drafter's config.json is a few KiB; a bigger one is not a config and must not take the host's memory.
+MAX_CONFIG_BYTES = 4 * 1024 * 1024
+# A revision as the Hugging Face cache names it: a commit, or a branch/tag (refs/<name>, `/` allowed).
+_REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)*$")
+_SNAPSHOT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 def message(field: str, problem: str, fix: str) -> str:
@@ -51,21 +58,45 @@ def mapping(value: Any) -> Mapping[str, Any]:
 
 
 def _read_json_object(path: str) -> Dict[str, Any]:
+    """The JSON object in `path`, read within MAX_CONFIG_BYTES and _untrusted_json.MAX_DEPTH.
+
+    No error quotes the file: the preflight runs as root, and the path can be steered at any file.
+    """
     try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
+        with open(path, "rb") as handle:
+            raw = handle.read(MAX_CONFIG_BYTES + 1)
     except OSError as exc:
         raise PreflightError(
             "drafter_config",
             f"cannot read {path} ({exc.strerror or exc})",
             "point drafter_config at the drafter's config.json, its model directory or the Hugging Face cache",
         ) from exc
-    except ValueError as exc:
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise PreflightError(
+            "drafter_config",
+            f"{path} is larger than {MAX_CONFIG_BYTES // (1024 * 1024)} MiB, which no drafter config.json is",
+            "point drafter_config at the drafter's config.json (a few KiB), not a weights or data file",
+        )
+    try:
+        data = _untrusted_json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise PreflightError(
+            "drafter_config",
+            f"{path} is not UTF-8 text, so not a config.json",
+            "point drafter_config at the drafter's config.json, or download the drafter again",
+        ) from None
+    except _untrusted_json.TooDeep as exc:
+        raise PreflightError(
+            "drafter_config",
+            f"{path} is {exc}, which no drafter config.json is",
+            "point drafter_config at the drafter's own config.json, or download the drafter again",
+        ) from None
+    except ValueError as exc:  # json.JSONDecodeError: its message gives the position, never the content
         raise PreflightError(
             "drafter_config",
             f"{path} is not valid JSON ({exc})",
             "download the drafter again (the file is truncated or was edited by hand)",
-        ) from exc
+        ) from None
     if not isinstance(data, dict):
         raise PreflightError(
             "drafter_config",
@@ -75,13 +106,41 @@ def _read_json_object(path: str) -> Dict[str, Any]:
     return data
 
 
+def _check_revision(revision: Optional[str]) -> None:
+    """Refuse a revision that is no commit or ref name: it becomes a path under `refs/` and `snapshots/`."""
+    if revision is not None and not (isinstance(revision, str) and _REVISION.match(revision)):
+        raise PreflightError(
+            "speculative_config.revision",
+            f"{revision!r} is not a commit or a branch/tag name (letters, digits, `._-`, `/` between names; no "
+            "`..`, no leading `/` or `.`)",
+            "set revision to the drafter's 40-hex commit (or a branch or tag of its repo)",
+        )
+
+
 def _snapshot_dir(repo_dir: str, revision: Optional[str]) -> str:
     """The snapshot of a Hugging Face cache repo dir (`models--org--name`) that vLLM would load."""
+    _check_revision(revision)
     snapshots = os.path.join(repo_dir, "snapshots")
-    ref_file = os.path.join(repo_dir, "refs", revision or "main")
+    refs = os.path.join(repo_dir, "refs")
+    ref_file = os.path.join(refs, revision or "main")
     if os.path.isfile(ref_file):
-        with open(ref_file, encoding="utf-8") as handle:
-            return os.path.join(snapshots, handle.read().strip())
+        # A ref is a file the cache wrote, naming a snapshot (its commit). Never follow one out of refs/, and
+        # never show what one holds unless it names a snapshot: it may be another file's content.
+        inside = os.path.realpath(ref_file).startswith(os.path.realpath(refs) + os.sep)
+        try:
+            with open(ref_file, "rb") as handle:
+                commit = handle.read(128).decode("ascii").strip() if inside else ""
+        except (OSError, UnicodeDecodeError):
+            commit = ""
+        if not (_SNAPSHOT_NAME.match(commit) and os.path.isdir(os.path.join(snapshots, commit))):
+            raise PreflightError(
+                "drafter_config",
+                f"{ref_file} is not a Hugging Face cache ref naming one of its snapshots (a file in refs/ holding "
+                "the commit of a directory in snapshots/)",
+                "download the drafter again (`hf download <model> --revision <commit>`), or set "
+                "speculative_config.revision to the snapshot's commit",
+            )
+        return os.path.join(snapshots, commit)
     if revision and os.path.isdir(os.path.join(snapshots, revision)):
         return os.path.join(snapshots, revision)
     found = sorted(os.listdir(snapshots)) if os.path.isdir(snapshots) else []

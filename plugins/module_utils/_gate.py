@@ -29,6 +29,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from ansible_collections.vllm_ops.dflash.plugins.module_utils import _untrusted_json
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import write_text_atomic
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._gate_history import (
     Comparison,
@@ -51,6 +52,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._metrics import (
     latency_percentiles,
     library_parser_available,
     parse_metrics,
+    process_start_times,
     spec_decode_model_names,
     spec_decode_snapshot,
 )
@@ -91,6 +93,8 @@ class GateSettings:
     min_mean_acceptance_length: float = 2.0
     min_draft_acceptance_rate: Optional[float] = None
     min_drafts: int = 50
+    # The server's num_speculative_tokens (K): the per-position series must number K. None = not checked.
+    num_speculative_tokens: Optional[int] = None
     timeout: float = 60.0
     # The whole run (scrapes, completions, settling); None = derived from timeout (gate_deadline()).
     deadline: Optional[float] = None
@@ -132,6 +136,19 @@ class _DeadlinePassed(Exception):
 
 class _TooLarge(Exception):
     """A response body larger than its cap."""
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Never follow a redirect: the 3xx comes back as an HTTPError that explain() names with its Location.
+
+    vLLM answers /metrics, /version and /v1/* itself and never redirects them. A redirect means something
+    else answers at url (a proxy, a login page, another host): following it would send the api_key there
+    and judge that host's counters, and even a same-origin redirect without the key would measure another
+    path than the one asked for. So the gate refuses it rather than choosing what to send where.
+    """
+
+    def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str) -> None:
+        return None
 
 
 def _set_read_timeout(response: Any, seconds: float) -> None:
@@ -187,7 +204,7 @@ def _error_detail(exc: urllib.error.HTTPError) -> str:
     except (OSError, http.client.HTTPException):
         body = ""
     try:
-        data = json.loads(body)
+        data = _untrusted_json.loads(body)
     except ValueError:
         return (body.strip() or str(exc.reason))[:200]
     if isinstance(data, dict):
@@ -208,9 +225,11 @@ class _Server:
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE
         # Stdlib opener (this core imports no Ansible, so not ansible.module_utils.urls.open_url).
-        self.opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=context))
+        self.opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=context), _NoRedirect())
         self.deadline_seconds = gate_deadline(settings)
         self.deadline = time.monotonic() + self.deadline_seconds
+        # process_start_time_seconds of the first scrape: every later scrape must come from that process.
+        self.process_start: Optional[Tuple[float, ...]] = None
 
     def remaining(self) -> float:
         return self.deadline - time.monotonic()
@@ -270,6 +289,13 @@ class _Server:
                 )
             elif exc.code == 404:
                 fix = not_found_fix
+            elif 300 <= exc.code < 400:
+                location = display_url(str(exc.headers.get("Location") or "")) or "no Location"
+                return (
+                    f"HTTP {exc.code} from {where}: a redirect to {location}, which the gate does not follow (it "
+                    "would send the api_key there and judge another server's counters); set url to the vLLM "
+                    "server itself, not a proxy or a name that redirects"
+                )
             else:
                 fix = "see the vLLM server log"
             return f"HTTP {exc.code} from {where}: {_error_detail(exc)}; {fix}"
@@ -296,7 +322,9 @@ class _Server:
     def version(self) -> Optional[str]:
         """The server's GET /version, None when it has none (then greedy outputs compare by prefix only)."""
         try:
-            answer = json.loads(self._request("/version", limit=MAX_COMPLETION_BYTES).decode("utf-8", "replace"))
+            answer = _untrusted_json.loads(
+                self._request("/version", limit=MAX_COMPLETION_BYTES).decode("utf-8", "replace")
+            )
         except (OSError, http.client.HTTPException, ValueError, _DeadlinePassed, _TooLarge):
             return None
         version = answer.get("version") if isinstance(answer, dict) else None
@@ -314,9 +342,28 @@ class _Server:
                 self.explain(exc, "/metrics", "no metrics there: is url the vLLM server (not a proxy or another app)?")
             ) from exc
         try:
-            return parse_metrics(text)
+            families = parse_metrics(text)
         except MetricsError as exc:
             raise GateError(f"{self.shown}/metrics: {exc}") from exc
+        self._same_process(process_start_times(families))
+        return families
+
+    def _same_process(self, started: Tuple[float, ...]) -> None:
+        """Refuse a scrape of another server process than the first one's (a restart, or another backend).
+
+        Counters that went down already say "restarted"; a restart whose new counters grew past the old
+        ones before the last scrape does not, and would mix two processes' counters into one window.
+        """
+        if self.process_start is None:
+            self.process_start = started
+            return
+        if started != self.process_start:
+            raise GateError(
+                f"the vLLM server restarted during the gate: {self.shown}/metrics reports "
+                f"process_start_time_seconds {_starts(started)}, first {_starts(self.process_start)}, so the "
+                "window would mix two server processes' counters; wait until the server is stable (no restart "
+                "loop, one backend behind url) and run the gate again"
+            )
 
     def scrape(self, model: Optional[str], families: Optional[List[MetricFamily]] = None) -> SpecDecodeSnapshot:
         try:
@@ -345,7 +392,7 @@ class _Server:
         not_found = f"set model to a served model name (GET {self.shown}/v1/models lists them)"
         try:
             body = self._request(path, payload, MAX_COMPLETION_BYTES)
-            answer = json.loads(body.decode("utf-8", "replace"))
+            answer = _untrusted_json.loads(body.decode("utf-8", "replace"))
         except _DeadlinePassed:
             return f"not sent or not finished before the gate's deadline of {self.deadline_seconds:g} s", 0, ""
         except _TooLarge as exc:
@@ -364,6 +411,7 @@ class _Server:
         except (OSError, http.client.HTTPException) as exc:
             return self.explain(exc, path, not_found), 0, ""
         except ValueError:
+            # Nested past _untrusted_json.MAX_DEPTH too: json would recurse into a RecursionError.
             return f"{self.shown}{path} answered with something that is not JSON; is url a vLLM server?", 0, ""
         try:
             choice = answer["choices"][0]
@@ -395,6 +443,20 @@ class _Server:
 # ---------------------------------------------------------------------------------------------- the run
 
 
+def _starts(started: Tuple[float, ...]) -> str:
+    if not started:
+        return "none"
+    return ", ".join(f"{value:.2f} ({_start_time(value)})" for value in started)
+
+
+def _start_time(value: float) -> str:
+    """A process start as UTC, or as given when no clock can show it (the page is hostile or broken)."""
+    try:
+        return _utc(value)
+    except (OverflowError, OSError, ValueError):
+        return repr(value)
+
+
 def _validate(settings: GateSettings) -> None:
     problems = []
     if not settings.model:
@@ -404,6 +466,8 @@ def _validate(settings: GateSettings) -> None:
             problems.append(f"{name} must be at least 1")
     if settings.min_drafts < 0:
         problems.append("min_drafts must be 0 or more")
+    if settings.num_speculative_tokens is not None and settings.num_speculative_tokens < 1:
+        problems.append("num_speculative_tokens must be at least 1 (the server's speculative_config value)")
     if settings.timeout <= 0:
         problems.append("timeout must be more than 0 seconds")
     if settings.deadline is not None and settings.deadline <= 0:
@@ -529,7 +593,7 @@ def run_gate(settings: GateSettings) -> GateOutcome:
     try:
         window = delta(before, after)
         stats = acceptance_stats(window)
-        check_invariants(window, stats)
+        check_invariants(window, stats, settings.num_speculative_tokens)
     except MetricsError as exc:
         raise GateError(f"{server.shown}/metrics: {exc}") from exc
     requests = len(schedule)
@@ -543,6 +607,8 @@ def run_gate(settings: GateSettings) -> GateOutcome:
         "metrics_model_name": model,
         "release": settings.identity.get("release"),
         "identity": identity,
+        # The one server process every scrape came from (None: the page has no process collector).
+        "server_started_at": [_start_time(value) for value in server.process_start] if server.process_start else None,
         "started_at": _utc(started),
         "finished_at": _utc(time.time()),
         "thresholds": {

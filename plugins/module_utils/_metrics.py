@@ -35,6 +35,7 @@ __all__ = [
     "latency_percentiles",
     "library_parser_available",
     "parse_metrics",
+    "process_start_times",
     "spec_decode_model_names",
     "spec_decode_snapshot",
 ]
@@ -45,6 +46,8 @@ ACCEPTED_TOKENS = "vllm:spec_decode_num_accepted_tokens_total"
 ACCEPTED_PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 GENERATION_TOKENS = "vllm:generation_tokens_total"
 PROMPT_TOKENS = "vllm:prompt_tokens_total"
+# prometheus_client's process collector, which vLLM's API server registers (absent in multiprocess mode).
+PROCESS_START = "process_start_time_seconds"
 
 # z for a two-sided 95% normal interval.
 Z95 = 1.959963984540054
@@ -336,6 +339,11 @@ def _samples(families: Iterable[MetricFamily], names: Sequence[str]) -> Iterable
                 yield sample
 
 
+def process_start_times(families: Iterable[MetricFamily]) -> Tuple[float, ...]:
+    """The page's `process_start_time_seconds` values, sorted: which server process answered (empty: unknown)."""
+    return tuple(sorted(sample.value for sample in _samples(families, (PROCESS_START,))))
+
+
 def spec_decode_model_names(families: Sequence[MetricFamily]) -> List[str]:
     """The `model_name` labels the server reports spec-decode counters for."""
     return sorted({s.labels.get("model_name", "") for s in _samples(families, (DRAFTS,))})
@@ -436,19 +444,56 @@ def delta(before: SpecDecodeSnapshot, after: SpecDecodeSnapshot) -> SpecDecodeSn
 # ---------------------------------------------------------------------------------------- invariants
 
 
-def check_invariants(window: SpecDecodeSnapshot, stats: AcceptanceStats) -> None:
-    """Refuse a window no vLLM can produce, with the figures.
+def check_invariants(
+    window: SpecDecodeSnapshot, stats: AcceptanceStats, num_speculative_tokens: Optional[int] = None
+) -> None:
+    """Refuse a window no vLLM can produce, naming each counter and its figures.
 
-    vLLM counts, per draft of K proposed tokens, the accepted prefix: accepted <= draft tokens, each
-    position accepted at most once per draft (<= drafts), and the
-    mean acceptance length is at most 1 + K (K = the number of positions reported). Deltas below 0 are
-    refused by delta() (a restart), NaN/Inf/negative values by spec_decode_snapshot().
+    vLLM (v1/spec_decode/metrics.py) exports one accepted-per-position series per position 0..K-1
+    (K = num_speculative_tokens) from the start, and counts, per draft of at most K proposed tokens, the
+    accepted prefix: the positions 0..A-1 each once (SpecDecodingStats.observe_draft). So over any window:
+    the positions number K; the per-position counts sum to the accepted tokens; a count never grows with
+    the position (position i+1 is accepted only where i was); each is at most the drafts; accepted <= draft
+    tokens <= drafts * K; and the mean acceptance length is at most 1 + K. Deltas below 0 are refused by
+    delta() (a restart), NaN/Inf/negative values by spec_decode_snapshot().
     """
     problems = []
+    per_position = window.accepted_per_position
+    width = len(per_position)
     if window.accepted_tokens > window.draft_tokens:
-        problems.append(f"accepted tokens {window.accepted_tokens:g} > draft tokens {window.draft_tokens:g}")
-    width = len(window.accepted_per_position)
-    for i, count in enumerate(window.accepted_per_position):
+        problems.append(
+            f"accepted tokens {window.accepted_tokens:g} > draft tokens {window.draft_tokens:g} "
+            f"({ACCEPTED_TOKENS} > {DRAFT_TOKENS})"
+        )
+    if num_speculative_tokens is not None and width != num_speculative_tokens:
+        problems.append(
+            f"{ACCEPTED_PER_POSITION} has {width} positions, but the server runs num_speculative_tokens "
+            f"{num_speculative_tokens} (vLLM exports one series per speculative token)"
+        )
+    if not width and (window.drafts or window.draft_tokens or window.accepted_tokens):
+        problems.append(
+            f"{window.drafts:g} drafts but no {ACCEPTED_PER_POSITION} series (vLLM exports one per speculative "
+            "token from the start)"
+        )
+    if width:
+        accepted_sum = sum(per_position)
+        if accepted_sum != window.accepted_tokens:
+            problems.append(
+                f"{ACCEPTED_PER_POSITION} sums to {accepted_sum:g}, but {ACCEPTED_TOKENS} counted "
+                f"{window.accepted_tokens:g} (each accepted token is counted at its position)"
+            )
+        for i in range(1, width):
+            if per_position[i] > per_position[i - 1]:
+                problems.append(
+                    f"{ACCEPTED_PER_POSITION} position {i} accepted {per_position[i]:g} > position {i - 1} "
+                    f"{per_position[i - 1]:g} (a token is accepted only after every earlier one)"
+                )
+        if window.draft_tokens > window.drafts * width:
+            problems.append(
+                f"{DRAFT_TOKENS} {window.draft_tokens:g} > drafts {window.drafts:g} * K {width} (a draft proposes "
+                "at most K tokens)"
+            )
+    for i, count in enumerate(per_position):
         if count > window.drafts:
             problems.append(f"position {i} accepted {count:g} times in {window.drafts:g} drafts")
     if width:

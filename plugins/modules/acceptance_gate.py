@@ -152,6 +152,15 @@ options:
       - Fewest drafts in the window for any verdict; fewer fails as "not enough evidence".
     type: int
     default: 50
+  num_speculative_tokens:
+    description:
+      - The server's C(speculative_config.num_speculative_tokens) (K, as the preflight normalised it). The
+        C(/metrics) page must then report exactly K per-position counters; another count means another
+        server or config than the one deployed, and the gate refuses to judge.
+      - Not compared when unset; the other counter invariants (per-position counts summing to the accepted
+        tokens, never growing with the position, at most the drafts; mean acceptance length at most 1 + K)
+        are always checked.
+    type: int
   timeout:
     description: Seconds to wait for each HTTP request (each completion and each C(/metrics) scrape).
     type: float
@@ -355,6 +364,7 @@ ARGUMENT_SPEC = dict(
     min_mean_acceptance_length=dict(type="float", default=2.0),
     min_draft_acceptance_rate=dict(type="float"),
     min_drafts=dict(type="int", default=50),
+    num_speculative_tokens=dict(type="int", no_log=False),  # a count, not a secret
     timeout=dict(type="float", default=60),
     deadline=dict(type="float"),
     report_path=dict(type="path"),
@@ -436,6 +446,7 @@ def main() -> None:
         min_mean_acceptance_length=params["min_mean_acceptance_length"],
         min_draft_acceptance_rate=params["min_draft_acceptance_rate"],
         min_drafts=params["min_drafts"],
+        num_speculative_tokens=params["num_speculative_tokens"],
         timeout=params["timeout"],
         deadline=params["deadline"],
         validate_certs=params["validate_certs"],

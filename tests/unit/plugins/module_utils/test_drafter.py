@@ -132,3 +132,64 @@ def test_drafter_found_in_a_cache_with_the_spec_revision(tmp_path: Path) -> None
     result = preflight(dict(DFLASH, revision="aaa111"), drafter_config=str(tmp_path), vllm_facts=facts())
     assert result["drafter_config_path"].endswith("aaa111/config.json")
     assert result["speculative_config"]["num_speculative_tokens"] == 7
+
+
+# ------------------------------------------------------------------------- issue 28: hostile drafter files
+
+
+def test_a_deeply_nested_config_is_a_clear_finding_not_a_traceback(tmp_path: Path) -> None:
+    # Case 14: json.load recursed into a RecursionError ("MODULE FAILURE", no message).
+    config = tmp_path / "drafter" / "config.json"
+    config.parent.mkdir()
+    config.write_text('{"architectures": ' + "[" * 200_000 + "]" * 200_000 + "}")
+    result = preflight(dict(DFLASH), drafter_config=str(config.parent), vllm_facts=facts())
+    messages = [f["message"] for f in result["findings"] if f["level"] == "error"]
+    assert any(f"{config} is nested deeper than 64 levels, which no drafter config.json is" in m for m in messages)
+
+
+def test_a_huge_config_is_refused_before_it_is_read_whole(tmp_path: Path) -> None:
+    # "Also seen": a 1.2 GiB config.json took 1.2 GiB of RSS. A sparse file of 64 MiB stands for it here.
+    config = tmp_path / "config.json"
+    with open(config, "wb") as handle:
+        handle.write(b'{"x": "')
+        handle.truncate(64 * 1024 * 1024)
+    with pytest.raises(PreflightError, match=r"config.json is larger than 4 MiB, which no drafter config.json is"):
+        load_drafter_config(str(config))
+
+
+SECRET = "root-only-secret-0123456789"
+
+
+@pytest.mark.parametrize(
+    "revision", ["../../../outside/secret", "/abs/secret", "main/../../../outside/secret", "a\nb", ".hidden"]
+)
+def test_a_crafted_revision_is_refused_and_never_reads_outside_the_cache(tmp_path: Path, revision: str) -> None:
+    # Case 15: the revision became refs/<revision>, read and echoed in the error (a root-only file's content).
+    repo = hf_cache(tmp_path / "hub", MODEL_ID, {"aaa111": TINY}, main="aaa111")
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "secret").write_text(SECRET + "\n")
+    result = preflight(dict(DFLASH, revision=revision), drafter_config=str(repo), vllm_facts=facts())
+    errors = [f for f in result["findings"] if f["level"] == "error"]
+    assert errors and all(SECRET not in f["message"] for f in result["findings"])
+    assert any(f["field"] == "speculative_config.revision" and "is not a commit or a branch/tag name" in f["message"]
+               for f in errors)  # fmt: skip
+
+
+def test_a_ref_linked_out_of_the_cache_is_never_shown(tmp_path: Path) -> None:
+    repo = hf_cache(tmp_path / "hub", MODEL_ID, {"aaa111": TINY}, main="aaa111")
+    (tmp_path / "secret").write_text(SECRET + "\n")
+    (repo / "refs" / "v2").symlink_to(tmp_path / "secret")
+    (repo / "refs" / "v3").write_text(SECRET)  # inside refs/, but naming no snapshot
+    for revision in ("v2", "v3"):
+        with pytest.raises(PreflightError) as error:
+            locate_drafter_config(str(tmp_path / "hub"), MODEL_ID, revision)
+        assert SECRET not in str(error.value)
+        assert f"refs/{revision} is not a Hugging Face cache ref naming one of its snapshots" in str(error.value)
+
+
+def test_a_config_that_is_not_text_is_named_without_its_bytes(tmp_path: Path) -> None:
+    config = tmp_path / "config.json"
+    config.write_bytes(b'{"a": "\xff\xfe' + SECRET.encode() + b'"}')
+    with pytest.raises(PreflightError) as error:
+        load_drafter_config(str(config))
+    assert f"{config} is not UTF-8 text" in str(error.value) and SECRET not in str(error.value)

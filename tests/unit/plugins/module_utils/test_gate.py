@@ -224,7 +224,8 @@ def test_server_restart_during_the_gate_is_a_clear_error():
     with FakeVLLM() as fake:
         assert run_gate(settings(fake.url)).passed  # traffic before: the counters are well above 0
         fake.restart_after = len(fake.requests) + 2
-        with pytest.raises(GateError, match=r"went down .* restarted"):
+        # The new process start is seen first; a page without one still says "went down" (test_metrics.py).
+        with pytest.raises(GateError, match=r"server restarted during the gate"):
             run_gate(settings(fake.url, requests=4))
 
 
@@ -743,3 +744,176 @@ def test_rule_options_out_of_range_are_refused_before_any_traffic():
     with FakeVLLM() as fake, pytest.raises(GateError, match="max_throughput_drop must be a fraction"):
         gate_with(fake, rules=RelativeRules(max_throughput_drop=2.0))
     assert fake.requests == []
+
+
+# ------------------------------------------------------------------------------ issue 28: the gate's faults
+
+
+class Redirector:
+    """A server that answers every GET (or POST, with `posts`) with `code` and Location `target` + the path."""
+
+    def __init__(self, target, code=302, posts=False):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _redirect(self):
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                self.send_response(code)
+                self.send_header("Location", target + self.path)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def do_GET(self):
+                if self.path == "/metrics" and posts:  # a real page before, so the completions are sent
+                    page = BEFORE.encode()
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(page)))
+                    self.end_headers()
+                    self.wfile.write(page)
+                    return
+                self._redirect()
+
+            do_POST = _redirect
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("code", [301, 302, 303, 307, 308])
+def test_a_redirected_metrics_page_is_refused_and_the_key_stays_home(code):
+    # Case 6: /metrics redirects to another host; the gate followed it with the Bearer key and passed on
+    # that host's counters. Now the redirect is an error naming its Location, and the other host sees nothing.
+    with FakeVLLM(accepted_pattern=(7,), api_key="s3cret") as elsewhere:
+        with Redirector(elsewhere.url, code) as front, pytest.raises(GateError) as error:
+            run_gate(settings(front.url, api_key="s3cret"))
+        assert elsewhere.metrics_scrapes == 0 and elsewhere.requests == []
+    message = str(error.value)
+    assert f"HTTP {code} from {front.url}/metrics: a redirect to {elsewhere.url}/metrics" in message
+    assert "does not follow" in message and "s3cret" not in message
+
+
+@pytest.mark.parametrize("code", [302, 303, 307])
+def test_a_redirected_completion_is_a_failed_request_and_the_key_stays_home(code):
+    with FakeVLLM(accepted_pattern=(7,), api_key="s3cret") as elsewhere:
+        with Redirector(elsewhere.url, code, posts=True) as front:
+            outcome = run_gate(settings(front.url, api_key="s3cret", requests=2, settle_seconds=0.2, min_drafts=0))
+        assert elsewhere.requests == []
+    assert not outcome.passed and outcome.report["requests_failed"] == 2
+    assert f"a redirect to {elsewhere.url}/v1/completions" in outcome.report["errors"][0]["error"]
+
+
+@pytest.mark.parametrize(
+    ("after", "gate_options", "figures"),
+    [
+        (
+            spec_page(100, 700, 500, [0] * 7),
+            {},
+            "vllm:spec_decode_num_accepted_tokens_per_pos_total sums to 0, but "
+            "vllm:spec_decode_num_accepted_tokens_total counted 500",
+        ),
+        (
+            spec_page(100, 700, 300, [50, 100, 50, 50, 50, 0, 0]),
+            {},
+            "vllm:spec_decode_num_accepted_tokens_per_pos_total position 1 accepted 100 > position 0 50",
+        ),
+        (
+            spec_page(100, 700, 300, [100, 100, 50, 50, 0, 0, 0]),
+            {"num_speculative_tokens": 15},
+            "vllm:spec_decode_num_accepted_tokens_per_pos_total has 7 positions, but the server runs "
+            "num_speculative_tokens 15",
+        ),
+        (
+            spec_page(100, 900, 300, [100, 100, 50, 50, 0, 0, 0]),
+            {},
+            "vllm:spec_decode_num_draft_tokens_total 900 > drafts 100 * K 7",
+        ),
+    ],
+    ids=["per-position-sum-0-vs-500", "not-a-prefix", "K-7-vs-15", "draft-tokens>drafts*K"],
+)
+def test_counters_vllm_cannot_produce_are_refused_naming_the_counter(after, gate_options, figures):
+    # Case 7: each of these passed the gate at 4893f05.
+    with HostileServer(pages=[BEFORE, after], completion=GOOD_COMPLETION) as server, pytest.raises(GateError) as error:
+        run_gate(settings(server.url, requests=2, settle_seconds=0.2, min_drafts=1, **gate_options))
+    assert figures in str(error.value)
+    assert "impossible" in str(error.value) and "Fix:" in str(error.value)
+
+
+def test_drafts_without_per_position_series_are_refused():
+    # Case 7: a page without the per-position series passed at AL 101 (K unknown, so never compared).
+    pages = [spec_page(0, 0, 0, []), spec_page(10, 1000, 1000, [])]
+    with HostileServer(pages=pages, completion=GOOD_COMPLETION) as server, pytest.raises(GateError) as error:
+        run_gate(settings(server.url, requests=2, settle_seconds=0.2, min_drafts=1))
+    assert "10 drafts but no vllm:spec_decode_num_accepted_tokens_per_pos_total series" in str(error.value)
+
+
+def test_the_right_number_of_positions_passes():
+    after = spec_page(100, 700, 300, [100, 100, 50, 50, 0, 0, 0])
+    with HostileServer(pages=[BEFORE, after], completion=GOOD_COMPLETION) as server:
+        outcome = run_gate(settings(server.url, requests=2, settle_seconds=0.2, min_drafts=1, num_speculative_tokens=7))
+    assert outcome.passed and outcome.report["mean_acceptance_length"] == 4.0
+
+
+def started_at(page, seconds):
+    return f"# HELP process_start_time_seconds Start time.\n# TYPE process_start_time_seconds gauge\n" \
+        f"process_start_time_seconds {seconds!r}\n" + page  # fmt: skip
+
+
+def test_a_restart_whose_counters_grow_past_the_old_ones_is_refused():
+    # Case 19b: the server restarted mid-gate and its new counters (300 drafts) outgrew the old (100): no
+    # counter went down, so the gate judged a window of two processes. process_start_time_seconds tells them apart.
+    before = started_at(spec_page(100, 700, 300, [100, 100, 50, 50, 0, 0, 0]), 1795980436.69)
+    after = started_at(spec_page(300, 2100, 900, [300, 300, 150, 150, 0, 0, 0]), 1795990000.0)
+    with HostileServer(pages=[before, after], completion=GOOD_COMPLETION) as server, pytest.raises(GateError) as error:
+        run_gate(settings(server.url, requests=2, settle_seconds=0.2, min_drafts=1))
+    message = str(error.value)
+    assert message.startswith("the vLLM server restarted during the gate")
+    assert "process_start_time_seconds 1795990000.00 (2026-11-29T" in message and "first 1795980436.69" in message
+    assert "mix two server processes' counters" in message and "run the gate again" in message
+
+
+def test_one_process_throughout_passes_and_the_report_names_its_start():
+    before = started_at(spec_page(100, 700, 300, [100, 100, 50, 50, 0, 0, 0]), 1795980436.69)
+    after = started_at(spec_page(200, 1400, 600, [200, 200, 100, 100, 0, 0, 0]), 1795980436.69)
+    with HostileServer(pages=[before, after], completion=GOOD_COMPLETION) as server:
+        outcome = run_gate(settings(server.url, requests=2, settle_seconds=0.2, min_drafts=1))
+    assert outcome.passed and outcome.report["mean_acceptance_length"] == 4.0
+    assert outcome.report["server_started_at"] == ["2026-11-29T19:27:16Z"]
+
+
+def test_a_page_that_loses_its_process_collector_is_another_server():
+    before = started_at(spec_page(100, 700, 300, [100, 100, 50, 50, 0, 0, 0]), 1795980436.69)
+    after = spec_page(200, 1400, 600, [200, 200, 100, 100, 0, 0, 0])
+    with HostileServer(pages=[before, after], completion=GOOD_COMPLETION) as server, pytest.raises(GateError) as error:
+        run_gate(settings(server.url, requests=2, settle_seconds=0.2, min_drafts=1))
+    assert "process_start_time_seconds none, first 1795980436.69" in str(error.value)
+
+
+def test_a_fake_vllm_restart_mid_gate_is_named_a_restart():
+    with FakeVLLM() as fake:
+        assert run_gate(settings(fake.url)).passed
+        fake.restart_after = len(fake.requests) + 1  # early: the new process counts past the old totals
+        with pytest.raises(GateError, match=r"restarted during the gate"):
+            run_gate(settings(fake.url, requests=48))
+
+
+def test_a_deeply_nested_completion_is_a_failed_request_not_a_traceback():
+    # Case 14's attack on the gate: json.loads recursed into a RecursionError that ended the module.
+    nested = b"[" * 100_000 + b"]" * 100_000
+    with HostileServer(pages=[BEFORE, BEFORE], completion=nested) as server:
+        outcome = run_gate(settings(server.url, requests=2, settle_seconds=0.2, min_drafts=0))
+    assert not outcome.passed and outcome.report["requests_failed"] == 2
+    assert "answered with something that is not JSON" in outcome.report["errors"][0]["error"]

@@ -181,6 +181,15 @@ def test_the_deadline_option_reaches_the_gate(tmp_path):
     assert "deadline of 1 s" in result["msg"] or "deadline of 1 s" in json.dumps(result.get("report", {}))
 
 
+def test_num_speculative_tokens_reaches_the_gate(tmp_path):
+    # Case 7: the fake serves K = 7 positions; a deploy of K = 15 must not be judged on them.
+    with FakeVLLM(accepted_pattern=(2,)) as fake:
+        wrong = run_module(tmp_path, url=fake.url, model="tiny", requests=2, min_drafts=1, num_speculative_tokens=15)[0]
+        right = run_module(tmp_path, url=fake.url, model="tiny", requests=2, min_drafts=1, num_speculative_tokens=7)[0]
+    assert wrong["failed"] is True and "has 7 positions, but the server runs num_speculative_tokens 15" in wrong["msg"]
+    assert right["passed"] is True, right.get("msg")
+
+
 WORKLOAD = {"name": "mix", "max_tokens": 32, "requests": 6, "prompts": [
     {"id": "code", "prompt": "def merge(a, b):"},
     {"id": "chat", "messages": [{"role": "user", "content": "hi"}], "chat_template_kwargs": {"enable_thinking": False}},

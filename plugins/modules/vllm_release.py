@@ -63,7 +63,7 @@ options:
         release failed does not move C(current); use O(action=rollback) for that.
       - V(keep) only keeps the O(keep_files) copies (for a rollout whose gate did not run, disabled or in check
         mode); it marks nothing and leaves C(state.json) as it is.
-      - V(status) changes nothing and returns the releases and history. Deprecated, to be removed in 1.0.0: use
+      - V(status) changes nothing and returns the releases and history. Deprecated (removed in 1.0.0); use
         M(vllm_ops.dflash.vllm_release_info).
     type: str
     choices: [activate, rollback, prune, mark_good, mark_failed, keep, status]

@@ -21,7 +21,7 @@ import hashlib
 import json
 import os
 import re
-import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -126,12 +126,46 @@ def _allowed(relpath: str, patterns: Optional[Sequence[str]]) -> bool:
 
 
 def _snapshot_files(directory: str) -> List[str]:
+    """Every file under `directory` (relative, `/`-separated), links included but never followed into."""
     found = []
-    for parent, dirs, files in os.walk(directory, followlinks=True):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))  # .cache/, .git/: never model files
-        for file_name in files:
+    for parent, dirs, files in os.walk(directory):
+        # .cache/, .git/: never model files. A link to a directory is listed like a file, so that
+        # _source_problem() judges it (os.walk would list it in `dirs` and not descend).
+        links = [d for d in dirs if os.path.islink(os.path.join(parent, d))]
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in links)
+        for file_name in files + links:
             found.append(os.path.relpath(os.path.join(parent, file_name), directory).replace(os.sep, "/"))
     return sorted(found)
+
+
+def _source_problem(source: str, relpath: str) -> Optional[str]:
+    """Why `relpath` of a `path` source must not be staged, or None.
+
+    The module runs as root: a link out of the source dir (to /etc/shadow, another model's cache, a
+    device) would be read with root's rights and published as a world-readable blob, and a file that
+    others may not read would become readable by every local user. The staged blob is 0644, as
+    huggingface_hub leaves it, so only a regular file inside the source dir that others may read is staged.
+    """
+    path = os.path.join(source, relpath)
+    real_source = os.path.realpath(source)
+    real = os.path.realpath(path)
+    if not real.startswith(real_source + os.sep):
+        return f"is a link out of the source path (to {real}); copy the file itself into {source} (cp -L)"
+    try:
+        info = os.stat(real)
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    if stat.S_ISDIR(info.st_mode):
+        return f"is a link to a directory; copy that directory itself into {source}"
+    if not stat.S_ISREG(info.st_mode):
+        return "is not a regular file (a device, FIFO or socket)"
+    if not info.st_mode & stat.S_IROTH:
+        return (
+            f"may not be read by others (mode {stat.S_IMODE(info.st_mode):04o}) and its staged copy would be "
+            "0644, readable by every local user; make it readable (chmod o+r) if it is meant to be served, or "
+            "keep it out of the source path (or of allow_patterns)"
+        )
+    return None
 
 
 def _mismatches(spec: ModelSpec, commit: str, listing: Mapping[str, Any], snapshot: str) -> Dict[str, Any]:
@@ -298,6 +332,9 @@ def _plan_path(spec: ModelSpec, cache_dir: str, check_mode: bool) -> Dict[str, A
         raise StageError(
             f"{spec.repo_id}: no file in {source} matches allow_patterns {spec.allow_patterns}. Fix: widen them."
         )
+    unsafe = [(p, why) for p, why in ((p, _source_problem(source, p)) for p in relpaths) if why]
+    if unsafe:
+        raise _refusal(spec, spec.revision, unsafe, "nothing was staged; stage only the model's own files.")
     hashes = {relpath: hash_file(os.path.join(source, relpath)) for relpath in relpaths}
     problems = [(p, "is not in the source path") for p in sorted(set(spec.checksums) - set(hashes))]
     problems += [
@@ -341,11 +378,38 @@ def _copy(
         blob = os.path.join(blobs, hashes[relpath]["sha256"])
         os.makedirs(blobs, exist_ok=True)
         tmp = blob + ".incomplete"
-        shutil.copyfile(os.path.join(source, relpath), tmp)
-        os.chmod(tmp, 0o644)
+        _copy_checked(spec, source, relpath, hashes[relpath]["sha256"], tmp)
         os.replace(tmp, blob)
         _link(blob, os.path.join(snapshot, relpath))
     return files
+
+
+def _copy_checked(spec: ModelSpec, source: str, relpath: str, sha256: str, tmp: str) -> None:
+    """Copy `relpath` to `tmp` (0644) as it was checked: the same rules again, then the same sha256.
+
+    Between the plan and the copy the file may have been swapped for a link or changed; the blob is
+    named by its sha256, so it must hold exactly those bytes.
+    """
+    problem = _source_problem(source, relpath)
+    if problem:
+        raise _refusal(spec, spec.revision, [(relpath, problem)], "nothing more was staged; re-run.")
+    digest = hashlib.sha256()
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
+    real = os.path.realpath(os.path.join(source, relpath))
+    created = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+    with open(os.open(real, flags), "rb") as src, open(os.open(tmp, created, 0o644), "wb") as dst:
+        os.fchmod(dst.fileno(), 0o644)  # whatever the umask
+        for chunk in iter(lambda: src.read(_CHUNK), b""):
+            digest.update(chunk)
+            dst.write(chunk)
+    if digest.hexdigest() != sha256:
+        os.unlink(tmp)
+        raise _refusal(
+            spec,
+            spec.revision,
+            [(relpath, f"changed while it was staged (sha256 {digest.hexdigest()}, checked {sha256})")],
+            "nothing more was staged; re-run once the source path is no longer written to.",
+        )
 
 
 def stage_models(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from ansible_collections.vllm_ops.dflash.plugins.module_utils import _vllm_data as data
@@ -35,6 +36,8 @@ __all__ = ["DEFAULT_CAPABILITY_PROBES", "ERROR", "WARNING", "PreflightError", "p
 
 ERROR = "error"
 WARNING = "warning"
+# An auto_map entry as transformers spells it: `module.Class`, optionally `repo/id--module.Class`.
+_CODE_REF = re.compile(r"^[\w./-]{1,200}$")
 V2_RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
 
 # question -> probe name in vllm_facts.probes; the probes themselves are data (docs/probes.md).
@@ -539,6 +542,25 @@ class _Preflight:
         )
         self.error(field, why, fix)
 
+    def check_trust_remote_code(self, serve: Mapping[str, Any], drafter: Optional[Mapping[str, Any]]) -> None:
+        """Say what `trust-remote-code: true` lets run: vLLM hands it to transformers for the target, and
+        SpeculativeConfig gives the draft model the target's value, so the drafter repo's code runs too."""
+        value = next((serve[k] for k in ("trust-remote-code", "trust_remote_code") if k in serve), None)
+        if not (value is True or str(value).strip().lower() == "true"):
+            return
+        auto_map = mapping(mapping(drafter).get("auto_map"))
+        named = sorted({str(v) for v in auto_map.values() if isinstance(v, str) and _CODE_REF.match(v)})[:5]
+        drafter_code = f"; the drafter's config.json names such code (auto_map: {', '.join(named)})" if named else ""
+        self.warn(
+            "serve_config.trust-remote-code",
+            "true lets vLLM (through transformers) import and run the Python files shipped in the model repos, "
+            "the target's and the drafter's (vLLM gives the draft model the target's setting): the "
+            "configuration_*.py / modeling_*.py / tokenization_*.py their config's auto_map names run as the "
+            f"service user at every start{drafter_code}",
+            "remove it unless the model needs it (vLLM runs Qwen3 targets and DFlash drafters natively); if it "
+            "must stay, pin both revisions to reviewed commits and stage them with checksums (model_stage)",
+        )
+
     # ----------------------------------------------------------------------- drafter
 
     def check_drafter(self, drafter: Mapping[str, Any]) -> None:
@@ -767,6 +789,8 @@ def preflight(
         check.check_env()
         if drafter is not None:
             check.check_drafter(drafter)
+    if serve_config is not None:
+        check.check_trust_remote_code(serve_config, drafter)
     check.report_fallback()
 
     errors = sum(1 for finding in check.findings if finding["level"] == ERROR)

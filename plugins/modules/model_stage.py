@@ -69,7 +69,11 @@ options:
         choices: [hub, path]
         default: hub
       path:
-        description: With O(models[].source=path), the directory on the host that holds the files of that revision.
+        description:
+          - With O(models[].source=path), the directory on the host that holds the files of that revision.
+          - Only regular files inside it that others may read are staged (the staged blobs are 0644); a link
+            out of it, a link to a directory, a device or FIFO, or a file of mode C(0600) is refused, naming
+            the file, before anything is staged.
         type: path
       allow_patterns:
         description: Only files matching one of these (C(fnmatch), as C(huggingface_hub)); empty stages all files.

@@ -330,3 +330,12 @@ def test_histogram_quantile_interpolates_like_prometheus():
     assert histogram_quantile(0.25, buckets) == pytest.approx(0.1)
     assert histogram_quantile(1.0, {0.1: 1.0, math.inf: 2.0}) == 0.1  # in +Inf: the highest finite bound
     assert bucket_delta({0.1: 5.0, math.inf: 5.0}, {0.1: 4.0, math.inf: 4.0}) == {}  # restarted server
+
+
+@pytest.mark.parametrize("name", REAL_PAGES)
+def test_both_parsers_read_the_process_start_of_real_pages(name):
+    # The gate's proof of one server process (issue 28, case 19b) rests on this gauge of every real page.
+    from ansible_collections.vllm_ops.dflash.plugins.module_utils._metrics import parse_metrics, process_start_times
+
+    starts = [process_start_times(parse_metrics((PAGES / name).read_text(), use_library=lib)) for lib in (True, False)]
+    assert starts[0] == starts[1] and len(starts[0]) == 1 and starts[0][0] > 1.7e9

@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 
@@ -229,3 +230,93 @@ def test_check_mode_plans_a_directory_the_role_has_not_copied_yet(tmp_path):
     assert planned["changed"] and planned["models"]["drafter"]["files"] == {}
     with pytest.raises(StageError, match=r"is not a directory\. Fix: copy the model there first"):
         stage_models([spec], str(tmp_path / "hub"))
+
+
+# --- issue 28, case 16: a path source that reaches out of its directory ---------------------------------------
+ROOT_ONLY = b"root-only content 0123456789"
+
+
+@pytest.mark.parametrize("link", ["file", "directory"])
+def test_a_link_out_of_the_source_path_is_refused_and_nothing_is_staged(tmp_path, link):
+    # At 4893f05 a link to a root-only file was copied into the HF cache as a 0644 blob.
+    source = local_model(tmp_path)
+    secret = tmp_path / "elsewhere" / "shadow"
+    secret.parent.mkdir()
+    secret.write_bytes(ROOT_ONLY)
+    secret.chmod(0o600)
+    name = "tokenizer.json" if link == "file" else "extra"
+    (source / name).symlink_to(secret if link == "file" else secret.parent)
+    with pytest.raises(StageError) as error:
+        stage_path(tmp_path, source)
+    expected = f"tokenizer.json is a link out of the source path (to {secret})" if link == "file" else (
+        f"extra is a link out of the source path (to {secret.parent})")  # fmt: skip
+    assert expected in str(error.value) and "cp -L" in str(error.value)
+    assert not (tmp_path / "hub").exists() and not (tmp_path / "models.json").exists()
+
+
+def test_a_file_others_may_not_read_is_refused_not_published_0644(tmp_path):
+    source = local_model(tmp_path)
+    (source / "private.json").write_bytes(ROOT_ONLY)
+    (source / "private.json").chmod(0o600)
+    with pytest.raises(StageError, match=r"private.json may not be read by others \(mode 0600\)"):
+        stage_path(tmp_path, source)
+    assert not (tmp_path / "hub").exists()
+
+
+def test_a_fifo_in_the_source_path_is_refused_not_read(tmp_path):
+    # At 4893f05 hashing it blocked in open() for good: the module hung.
+    import threading
+
+    source = local_model(tmp_path)
+    os.mkfifo(source / "pipe")
+    box = {}
+
+    def target():
+        try:
+            stage_path(tmp_path, source)
+        except StageError as exc:
+            box["error"] = str(exc)
+
+    worker = threading.Thread(target=target, daemon=True)
+    worker.start()
+    worker.join(60)
+    assert not worker.is_alive(), "staging hung on a FIFO in the source path"
+    assert "pipe is not a regular file" in box["error"]
+
+
+def test_a_link_inside_the_source_path_is_staged_and_blobs_are_0644(tmp_path):
+    source = local_model(tmp_path)
+    (source / "weights").mkdir()
+    (source / "weights" / "model.safetensors").write_bytes(WEIGHTS)
+    (source / "model.safetensors").unlink()
+    (source / "model.safetensors").symlink_to("weights/model.safetensors")
+    old = os.umask(0o077)  # a restrictive umask must not leave blobs the service cannot read
+    try:
+        stage_path(tmp_path, source)
+    finally:
+        os.umask(old)
+    blobs = tmp_path / "hub" / "models--org--target" / "blobs"
+    assert {stat.S_IMODE(p.stat().st_mode) for p in blobs.iterdir()} == {0o644}
+    snapshot = tmp_path / "hub" / "models--org--target" / "snapshots" / ("a" * 40)
+    assert (snapshot / "model.safetensors").read_bytes() == WEIGHTS
+
+
+def test_a_file_swapped_for_a_link_after_the_check_is_not_copied(tmp_path, monkeypatch):
+    from ansible_collections.vllm_ops.dflash.plugins.module_utils import _models
+
+    source = local_model(tmp_path)
+    secret = tmp_path / "shadow"
+    secret.write_bytes(ROOT_ONLY)
+    secret.chmod(0o600)
+    real_copy = _models._copy
+
+    def swap_then_copy(*args, **kwargs):
+        (source / "config.json").unlink()
+        (source / "config.json").symlink_to(secret)
+        return real_copy(*args, **kwargs)
+
+    monkeypatch.setattr(_models, "_copy", swap_then_copy)
+    with pytest.raises(StageError, match=r"config.json is a link out of the source path"):
+        stage_path(tmp_path, source)
+    blobs = tmp_path / "hub" / "models--org--target" / "blobs"
+    assert not blobs.exists() or all(p.read_bytes() != ROOT_ONLY for p in blobs.iterdir())

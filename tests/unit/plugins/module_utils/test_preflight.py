@@ -1020,3 +1020,23 @@ def test_probes_on_the_whole_files_of_each_wheel(version: str) -> None:
         path = SOURCES / version / "vllm" / probe["path"]
         text = path.read_text() if path.is_file() else ""
         assert len(re.findall(probe["pattern"], text)) == (1 if version in EXPECTED_MATCHES[name] else 0), name
+
+
+# ------------------------------------------------------------------------------- issue 28: trust-remote-code
+
+
+@pytest.mark.parametrize("spelling", ["trust-remote-code", "trust_remote_code"])
+def test_trust_remote_code_is_a_warning_that_says_what_runs(spelling: str) -> None:
+    # At 4893f05 it passed without a word.
+    drafter = dict(QWEN36, auto_map={"AutoConfig": "configuration_dflash.DFlashConfig", "AutoModel": "m.X"})
+    result = preflight(dict(DFLASH), drafter_config=drafter, vllm_facts=facts(), serve_config={spelling: True})
+    assert levels_and_fields(result) == [(W, "serve_config.trust-remote-code")], result["findings"]
+    text = result["findings"][0]["message"]
+    assert "run the Python files shipped in the model repos, the target's and the drafter's" in text
+    assert "auto_map: configuration_dflash.DFlashConfig, m.X" in text and "pin both revisions" in text
+
+
+def test_no_trust_remote_code_no_warning() -> None:
+    for serve in ({}, {"trust-remote-code": False}, {"no-trust-remote-code": True}):
+        result = preflight(dict(DFLASH), drafter_config=dict(QWEN36), vllm_facts=facts(), serve_config=serve)
+        assert not [f for f in result["findings"] if "trust-remote-code" in f["field"] and f["level"] == W], serve

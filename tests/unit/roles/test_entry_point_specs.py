@@ -10,6 +10,7 @@ defaults/ expressions, and compares the vllm_*/dflash_* names read with the opti
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
 
 import yaml
@@ -80,3 +81,47 @@ def test_the_check_finds_every_kind_of_read_an_entry_point_leaves_undocumented(t
 def test_an_entry_point_documenting_exactly_what_it_reads_passes(tmp_path):
     roles = make_role(tmp_path, {name: {"type": "str"} for name in READ_BY_LOOK})
     assert entry_point_problems(roles) == []
+
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def tasks_from_uses() -> set[tuple[str, str]]:
+    """(role, tasks_from) of every import_role/include_role of the playbooks, the roles and the molecule plays."""
+    files = [
+        *ROOT.glob("playbooks/*.yml"),
+        *ROOT.glob("roles/*/tasks/*.yml"),
+        *ROOT.glob("extensions/molecule/*/*.yml"),
+    ]
+    found = set()
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            for key in ("ansible.builtin.import_role", "ansible.builtin.include_role"):
+                if isinstance(node.get(key), dict) and "tasks_from" in node[key]:
+                    found.add((node[key]["name"].split(".")[-1], node[key]["tasks_from"]))
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    for path in files:
+        walk(yaml.safe_load(path.read_text()))
+    return found
+
+
+def test_every_tasks_from_in_use_is_a_documented_entry_point():
+    uses = tasks_from_uses()
+    assert ("dflash_gate", "workload") in uses  # the walk finds them at all
+    for role, entry in sorted(uses):
+        specs = yaml.safe_load((ROOT / "roles" / role / "meta" / "argument_specs.yml").read_text())["argument_specs"]
+        assert entry in specs, f"{role} tasks_from {entry} has no entry point in meta/argument_specs.yml"
+
+
+def test_every_entry_point_the_readmes_offer_is_documented():
+    """A task file a role's README says to use alone (tasks_from: stage_models) is an entry point too."""
+    for readme in ROOT.glob("roles/*/README.md"):
+        specs = yaml.safe_load((readme.parent / "meta" / "argument_specs.yml").read_text())["argument_specs"]
+        for entry in re.findall(r"tasks_from: ?([a-z_]+)", readme.read_text()):
+            assert entry in specs, f"{readme.parent.name} README offers tasks_from {entry}, which has no entry point"

@@ -27,6 +27,8 @@ def stubbed(task: dict, fail_on: str) -> dict:
     if "ansible.builtin.import_role" not in task:
         return task
     stub = {"name": task["name"], "ansible.builtin.debug": {"msg": f"STEP {{{{ inventory_hostname }}}} {task['name']}"}}
+    if task["name"] == "Run the service and wait until it is ready":
+        stub["tags"] = ["service"]  # the tag of vllm_service's tasks
     if task["name"] == "Gate on the acceptance length":
         stub["failed_when"] = f"inventory_hostname == '{fail_on}'"
     if task["name"] == "Roll back this host":
@@ -34,7 +36,9 @@ def stubbed(task: dict, fail_on: str) -> dict:
     return stub
 
 
-def run_rollout(tmp_path: Path, fail_on: str = "", **extra: object) -> tuple[list[str], subprocess.CompletedProcess]:
+def run_rollout(
+    tmp_path: Path, fail_on: str = "", args: tuple = (), **extra: object
+) -> tuple[list[str], subprocess.CompletedProcess]:
     play = dict(ROLLOUT, hosts="gpu_hosts")
     # The per-host block with its stubs; the play's other tasks as they are, but monitoring (a role, off).
     play["tasks"] = [
@@ -82,6 +86,7 @@ def run_rollout(tmp_path: Path, fail_on: str = "", **extra: object) -> tuple[lis
             str(tmp_path / "play.yml"),
             "-e",
             yaml.safe_dump({k: v for k, v in extra.items() if v is not None}, default_flow_style=True),
+            *args,
         ],
         capture_output=True,
         text=True,
@@ -131,6 +136,14 @@ def test_a_failed_drain_fails_the_host_with_nothing_changed(tmp_path):
     assert proc.returncode == 2
     assert "the balancer said no" in proc.stdout
     assert lines == []  # not installed, configured, restarted, nor rolled back: the canary failed first
+
+
+@pytest.mark.slow
+def test_the_hooks_run_under_any_tags(tmp_path):
+    lines, proc = run_rollout(tmp_path, args=("--tags", "service"), dflash_serial=[1, "100%"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for host in HOSTS:
+        assert steps_of(lines, host) == ["hook-pre", "Run the service and wait until it is ready", "hook-post"]
 
 
 @pytest.mark.slow

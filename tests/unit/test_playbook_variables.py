@@ -188,6 +188,7 @@ def test_each_playbook_checks_its_variables_first():
         assert task["ansible.builtin.import_tasks"] == "tasks/check_variables.yml"
         assert task["vars"] == {"dflash_playbook_entry": entry}
         assert task["run_once"] is True  # a failure there fails every host of the play
+        assert task["tags"] == ["always"]  # under any --tags
 
 
 # ------------------------------------------------------------------ the check, run by ansible-playbook

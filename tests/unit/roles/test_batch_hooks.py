@@ -156,6 +156,94 @@ def test_no_hook_by_default(tmp_path):
     assert len(steps_of(lines, "gpu8")) == 7  # every step of the block, nothing else
 
 
+FAKE_SOCAT = """#!/bin/sh
+# HAProxy's runtime API as the example uses it: 'set server' answers an empty line, 'show stat' is CSV whose
+# scur (5th field) for vllm/gpu1 counts down from 2 over successive calls.
+read -r line
+echo "$line" >> "$LOG"
+case "$line" in
+  "show stat")
+    n=$(cat "$COUNT" 2>/dev/null || echo 2)
+    echo "# pxname,svname,qcur,qmax,scur,smax"
+    echo "vllm,gpu10,0,0,7,9"
+    echo "vllm,gpu1,0,0,$n,9"
+    if [ "$n" -gt 0 ]; then echo $((n - 1)) > "$COUNT"; fi
+    ;;
+  "set server nosuch/"*) echo "No such backend." ;;
+  "set server "*) echo "" ;;
+  *) echo "Unknown command" ;;
+esac
+"""
+
+
+def run_example(tmp_path: Path, **lb_vars: object) -> tuple[list[str], subprocess.CompletedProcess]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "socat").write_text(FAKE_SOCAT)
+    (bin_dir / "socat").chmod(0o755)
+    hook = tmp_path / "lb-drain.yml"
+    hook.write_text((ROOT / "playbooks" / "hooks" / "lb-drain.yml.example").read_text())
+    play = [
+        {
+            "hosts": "gpu1",
+            "gather_facts": False,
+            "vars": {"lb_haproxy_host": "gpu1", "lb_drain_delay": 0, "lb_drain_retries": 5, **lb_vars},
+            "tasks": [
+                {"ansible.builtin.include_tasks": str(hook), "vars": {"dflash_batch_phase": "pre"}},
+                {"ansible.builtin.include_tasks": str(hook), "vars": {"dflash_batch_phase": "post"}},
+            ],
+        }
+    ]
+    (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
+    (tmp_path / "hosts.yml").write_text(
+        yaml.safe_dump(
+            {"all": {"hosts": {"gpu1": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}
+        )
+    )
+    log = tmp_path / "socat.log"
+    proc = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "ansible-playbook"),
+            "-i",
+            str(tmp_path / "hosts.yml"),
+            str(tmp_path / "play.yml"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=dict(
+            os.environ,
+            PATH=f"{bin_dir}:{os.environ['PATH']}",
+            LOG=str(log),
+            COUNT=str(tmp_path / "count"),
+            ANSIBLE_NOCOLOR="1",
+        ),
+    )
+    return (log.read_text().splitlines() if log.exists() else []), proc
+
+
+@pytest.mark.slow
+def test_the_hook_example_drains_waits_for_sessions_and_re_adds(tmp_path):
+    calls, proc = run_example(tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # drain, then 'show stat' until gpu1 (not gpu10) has no session left, then ready
+    assert calls == [
+        "set server vllm/gpu1 state drain",
+        "show stat",
+        "show stat",
+        "show stat",
+        "set server vllm/gpu1 state ready",
+    ]
+
+
+@pytest.mark.slow
+def test_the_hook_example_fails_when_haproxy_refuses(tmp_path):
+    calls, proc = run_example(tmp_path, lb_backend="nosuch")
+    assert proc.returncode == 2
+    assert "No such backend." in proc.stdout
+    assert calls == ["set server nosuch/gpu1 state drain"]  # no wait, no ready: the pre hook fails the host
+
+
 def test_the_hook_example_is_one_file_for_both_phases():
     tasks = yaml.safe_load((ROOT / "playbooks" / "hooks" / "lb-drain.yml.example").read_text())
     assert all(next(iter(k for k in task if k != "name")).startswith("ansible.builtin.") for task in tasks)

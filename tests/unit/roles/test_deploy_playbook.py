@@ -37,7 +37,7 @@ def test_the_rollout_goes_in_inventory_order_canary_first(play, deploy, extra, e
 
 
 def test_the_first_batch_is_one_host():
-    assert PLAYS["Roll out vLLM with DFlash"]["serial"] == "{{ dflash_serial | default([1, '100%']) }}"
+    assert PLAYS["Roll out vLLM with DFlash"]["serial"] == "{{ dflash_serial | default([1, '25%']) }}"
 
 
 # ---------------------------------------------------------------- the rescue's decision (issue 14 item 1)
@@ -138,7 +138,10 @@ def test_the_summary_has_a_line_for_every_host_the_run_reached():
 
 # ---------------------------------------------------------------- the fleet's wheel: pulled, or copied (issue 17)
 
-ROLLOUT_INSTALL = PLAYS["Roll out vLLM with DFlash"]["tasks"][0]["block"][0]
+ROLLOUT_BLOCK = next(
+    t for t in PLAYS["Roll out vLLM with DFlash"]["tasks"] if t["name"] == "Install, configure, serve and gate"
+)
+ROLLOUT_INSTALL = ROLLOUT_BLOCK["block"][0]
 PULLED = {"dest": "/opt/vllm/wheels/fleet/vllm-1.whl", "changed": True}
 COPIED = {"dest": "/opt/vllm/wheels/fleet/vllm-1.whl", "changed": True, "checksum": "x"}
 SKIPPED = {"skipped": True, "changed": False}

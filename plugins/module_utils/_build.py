@@ -915,12 +915,13 @@ def build(opts: BuildOptions, check_mode: bool = False) -> Dict[str, Any]:
     return result
 
 
-# The directories of `root` a build deletes in: a link that leads out of `root` would make it delete there.
-_OWN_DIRS = ("build", "releases", "wheels")
+# The directories of `root` a build deletes in (src/: a half mirror): a link that leads out of `root` would
+# make it delete there.
+_OWN_DIRS = ("build", "releases", "wheels", "src")
 
 
 def _refuse_linked_dirs(root: str) -> None:
-    """Refuse a root whose build/, releases/ or wheels/ lies outside it (a symlink to a scratch disk): every
+    """Refuse a root whose build/, releases/, wheels/ or src/ lies outside it (a symlink to a scratch disk): every
     build deletes debris and half releases in them, which would then be whatever else lives there."""
     for name in _OWN_DIRS:
         path = os.path.join(root, name)

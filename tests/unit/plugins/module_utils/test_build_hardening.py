@@ -146,7 +146,7 @@ def test_a_github_pat_is_in_no_file_and_the_manifest_and_log_are_private(tiny, p
 
 
 @SLOW
-@pytest.mark.parametrize("linked", ["build", "releases", "wheels"])
+@pytest.mark.parametrize("linked", ["build", "releases", "wheels", "src"])
 def test_a_linked_build_dir_is_refused_and_nothing_outside_the_root_is_deleted(tiny, pip_args, built, tmp_path, linked):
     """Issue 28, case 1: with <root>/build a symlink to a scratch disk, every build rmtree'd every entry of
     the link's target. Now the build refuses before it deletes (or writes) anything there."""

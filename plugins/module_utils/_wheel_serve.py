@@ -6,12 +6,16 @@
 deleted when it returns): bound to one address, on a port the kernel picks, it answers GET and HEAD for
 exactly `/<token>/<file name>` (a random token per start; any other path is 404) with the file, sent by
 `sendfile` (no copy through Python), and exits after `timeout` seconds or on SIGTERM (`stop_server`).
+The token reaches the server on its stdin, never its argv (which every local user reads in `ps`); the argv
+names the server by a digest of the token instead. A connection idle for CONNECTION_TIMEOUT seconds (a
+client that sends no request, or stops reading) is closed, so no client holds a thread for the server's life.
 Integrity is the client's to check (get_url's `checksum` with the build's sha256): the server only sends
 bytes. Standard library only: this runs on the target host's system Python (3.8+).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
 import select
@@ -23,20 +27,25 @@ from typing import Any, Dict, Optional
 
 __all__ = ["SERVER_SCRIPT", "WheelServeError", "server_url", "start_server", "stop_server"]
 
-# The first argument marks the process, so that stop_server kills only a server it started (a pid alone
-# may have been reused).
+# The first argument marks the process, and the second (a digest of the token) names it, so that stop_server
+# kills only a server it started (a pid alone may have been reused).
 MARK = "vllm-ops-wheel-serve"
 STARTUP_SECONDS = 30.0
+CONNECTION_TIMEOUT = 60.0
 
 SERVER_SCRIPT = r"""
 import http.server, os, socket, sys, threading
-mark, path, address, token, timeout = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], float(sys.argv[5])
+mark, name, path, address = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+timeout, idle = float(sys.argv[5]), float(sys.argv[6])
+token = sys.stdin.readline().strip()  # never on the argv
 route = "/" + token + "/" + os.path.basename(path)
 size = os.path.getsize(path)
 open(path, "rb").close()  # unreadable: fail now, while the caller reads stderr
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
+    timeout = idle  # a socket timeout per connection: a silent or stalled client is dropped
+
     def _headers(self):
         if self.path != route:
             self.send_error(404)
@@ -87,8 +96,18 @@ def server_url(address: str, port: int, token: str, path: str) -> str:
     return f"http://{host}:{port}/{token}/{os.path.basename(path)}"
 
 
+def _name(token: str) -> str:
+    """The server's name on its argv: a digest of its token (the token itself is a secret)."""
+    return "id-" + hashlib.sha256(token.encode()).hexdigest()[:24]
+
+
 def start_server(
-    path: str, address: str, timeout: float, python: str = sys.executable, startup: float = STARTUP_SECONDS
+    path: str,
+    address: str,
+    timeout: float,
+    python: str = sys.executable,
+    startup: float = STARTUP_SECONDS,
+    connection_timeout: float = CONNECTION_TIMEOUT,
 ) -> Dict[str, Any]:
     """Start serving `path` on `address` for `timeout` seconds: {url, port, pid, token}."""
     if not os.path.isfile(path):
@@ -96,13 +115,18 @@ def start_server(
     if timeout <= 0:
         raise WheelServeError(f"timeout must be positive, got {timeout}")
     token = secrets.token_urlsafe(18)
-    argv = [python, "-c", SERVER_SCRIPT, MARK, path, address, token, str(timeout)]
+    argv = [python, "-c", SERVER_SCRIPT, MARK, _name(token), path, address, str(timeout), str(connection_timeout)]
     proc = subprocess.Popen(
-        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
     )
-    stdout, stderr = proc.stdout, proc.stderr
-    if stdout is None or stderr is None:  # not with PIPE; for the type checker
-        raise WheelServeError("the server's output pipes are missing")
+    stdin, stdout, stderr = proc.stdin, proc.stdout, proc.stderr
+    if stdin is None or stdout is None or stderr is None:  # not with PIPE; for the type checker
+        raise WheelServeError("the server's pipes are missing")
+    try:
+        stdin.write(token.encode() + b"\n")
+        stdin.close()
+    except OSError:
+        pass  # it died at once: its stderr says why, below
     line = b""
     deadline = time.monotonic() + startup
     while not line.endswith(b"\n") and time.monotonic() < deadline:
@@ -140,7 +164,7 @@ def _cmdline(pid: int) -> Optional[list]:
 def stop_server(pid: int, token: str) -> bool:
     """Stop the server `start_server` returned (pid and token); False when it is gone already."""
     args = _cmdline(pid)
-    if not args or MARK not in args or token not in args:
+    if not args or MARK not in args or _name(token) not in args:
         return False  # exited (timeout), or the pid now belongs to another process: leave that alone
     try:
         os.kill(pid, signal.SIGTERM)

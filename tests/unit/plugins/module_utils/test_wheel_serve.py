@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -113,6 +114,27 @@ def test_stop_leaves_a_process_without_the_token_alone(server):
     finally:
         stranger.kill()
         stranger.wait()
+
+
+def test_the_token_is_not_on_the_servers_argv(server):
+    """Issue 28, also seen: the token (the URL's only secret) was on the server's argv, readable in `ps`."""
+    with open(f"/proc/{server['pid']}/cmdline", "rb") as handle:
+        argv = handle.read().decode()
+    assert server["token"] not in argv and "vllm-ops-wheel-serve" in argv
+    with urllib.request.urlopen(server["url"], timeout=30) as response:
+        assert response.status == 200
+
+
+def test_an_idle_connection_is_closed_after_the_connection_timeout(wheel):
+    """Issue 28, also seen: a client that connects and sends nothing held a server thread for its whole life."""
+    started = start_server(str(wheel), "127.0.0.1", timeout=120, connection_timeout=1)
+    try:
+        with socket.create_connection(("127.0.0.1", started["port"]), timeout=30) as silent:
+            began = time.monotonic()
+            assert silent.recv(1) == b""  # the server closed it (before: recv waits out the 30 s, then raises)
+            assert time.monotonic() - began < 25
+    finally:
+        stop_server(started["pid"], started["token"])
 
 
 def test_the_server_exits_after_its_timeout(wheel):

@@ -14,7 +14,10 @@ import urllib.request
 
 import pytest
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._wheel_serve import (
+    MARK,
     WheelServeError,
+    plan_server,
+    server_running,
     start_server,
     stop_server,
 )
@@ -155,3 +158,36 @@ def test_a_missing_file_is_refused_before_any_server_starts(tmp_path):
     present.write_bytes(b"wheel")
     with pytest.raises(WheelServeError, match="timeout must be positive"):
         start_server(str(present), "127.0.0.1", timeout=0)
+
+
+def _servers_of(path) -> int:
+    """Processes on this host that serve `path` (the server's argv names the mark and the file)."""
+    count = 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                args = handle.read().split(b"\0")
+        except OSError:
+            continue
+        count += MARK.encode() in args and str(path).encode() in args
+    return count
+
+
+def test_plan_server_checks_what_a_start_checks_and_starts_nothing(wheel, tmp_path):
+    plan = plan_server(str(wheel), "127.0.0.1", timeout=30)
+    assert plan == {"path": str(wheel), "address": "127.0.0.1", "size": 3 * 1024 * 1024 + 17, "timeout": 30}
+    assert _servers_of(wheel) == 0
+    with pytest.raises(WheelServeError, match=r"could not serve .* on 192\.0\.2\.1: .*set the address"):
+        plan_server(str(wheel), "192.0.2.1", timeout=30)
+    with pytest.raises(WheelServeError, match="is not a file on this host"):
+        plan_server(str(tmp_path / "absent.whl"), "127.0.0.1", timeout=30)
+    with pytest.raises(WheelServeError, match="timeout must be positive"):
+        plan_server(str(wheel), "127.0.0.1", timeout=0)
+
+
+def test_server_running_names_only_the_server_with_its_token(server):
+    assert server_running(server["pid"], server["token"]) is True
+    assert server_running(server["pid"], "another-token") is False
+    assert server_running(os.getpid(), server["token"]) is False
+    stop_server(server["pid"], server["token"])
+    assert _gone(server["pid"]) and server_running(server["pid"], server["token"]) is False

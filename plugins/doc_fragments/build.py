@@ -32,7 +32,11 @@ options:
         branch that moved since the deployment was reviewed.
     type: str
   root:
-    description: The vLLM root holding C(releases/), C(wheels/), C(src/), C(build/), C(logs/) and C(.lock).
+    description:
+      - The vLLM root holding C(releases/), C(wheels/), C(src/), C(build/), C(logs/) and C(.lock).
+      - A C(releases/), C(wheels/), C(src/) or C(build/) that leads out of it (a symlink to another disk) is
+        refused by M(vllm_ops.dflash.vllm_build) - a build deletes debris in them; mount the disk there
+        instead, or point O(root) at it.
     type: path
     default: "/opt/vllm"
   python:
@@ -91,7 +95,9 @@ options:
     description:
       - Extra arguments for every pip or uv call (wheel build, build requirements, install), for example
         C([--no-index, --find-links, /srv/wheelhouse]) on an air-gapped host, or C([--extra-index-url, URL]).
-      - They are a build input; credentials in URLs among them are removed from every record.
+      - They are a build input; credentials in URLs among them are removed from every record and from every
+        command line - pip and uv get them from a 0600 netrc file (C(NETRC)) in the build directory, one entry
+        per host. Credentials with a space or quote in them, or two for one host, are refused.
     type: list
     default: []
     elements: str

@@ -21,8 +21,10 @@ import glob
 import hashlib
 import json
 import os
+import re
 import shutil
 import time
+import urllib.parse
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_host import (
@@ -233,6 +235,12 @@ class _Builder:
         env.update({"LC_ALL": "C", "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1"})
         env.update(added_env)
         env.update({"TMPDIR": paths.tmp, "TEMP": paths.tmp, "TMP": paths.tmp})
+        # Credentials in pip_args' URLs never go on an argv (every local user reads it in `ps`): the URLs go
+        # without them, the credentials to pip and uv through a 0600 netrc file in the build directory.
+        self.pip_args, self.netrc_text = _credentials_off_argv(opts.pip_args)
+        self.netrc = os.path.join(paths.build, ".netrc-credentials")
+        if self.netrc_text:
+            env["NETRC"] = self.netrc
         self.env = env
         # (wheel built from the stub, its placeholders, the unpacked members): set by the overlay.
         self.linkable: Optional[Tuple[str, Dict[str, Dict[str, Any]], str]] = None
@@ -250,6 +258,9 @@ class _Builder:
         self, what: str, argv: List[str], cwd: Optional[str] = None, env: Optional[Mapping[str, str]] = None
     ) -> CommandResult:
         os.makedirs(self.paths.tmp, exist_ok=True)
+        if self.netrc_text and not os.path.exists(self.netrc):  # the build directory is made (again) here
+            with os.fdopen(os.open(self.netrc, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as handle:
+                handle.write(self.netrc_text)
         try:
             result = run_command(
                 argv,
@@ -287,7 +298,7 @@ class _Builder:
         self.note(f"build_isolation=false: installing the build requirements of {found.source} into the venv")
         if found.skipped:
             self.note(f"the venv already sees torch: left out of the build requirements: {', '.join(found.skipped)}")
-        argv = self.installer.argv("install", [*self.opts.pip_args, "-r", found.file], venv_python=self.venv_python)
+        argv = self.installer.argv("install", [*self.pip_args, "-r", found.file], venv_python=self.venv_python)
         self.step(f"installing the build requirements ({found.source})", argv, cwd=src)
         return found.source
 
@@ -330,7 +341,7 @@ class _Builder:
         both PEP 517 hooks in one process (_pep517) in a build env made here, or in the venv."""
         if self.installer.name == "pip" and self.opts.build_isolation:
             argv = self.installer.argv(
-                "wheel", [*self.opts.pip_args, src], venv_python=self.venv_python, dist=self.paths.dist,
+                "wheel", [*self.pip_args, src], venv_python=self.venv_python, dist=self.paths.dist,
                 no_isolation=False,
             )  # fmt: skip
             self.step("building the wheel", argv, cwd=src, env=env)
@@ -355,7 +366,7 @@ class _Builder:
             if attempt == 2:
                 raise BuildError(f"the build backend still asks for {', '.join(missing)} after installing it")
             self.note(f"get_requires_for_build_wheel asks for {', '.join(missing)}: installing into the build env")
-            argv = self.installer.argv("install", [*self.opts.pip_args, *missing], venv_python=python)
+            argv = self.installer.argv("install", [*self.pip_args, *missing], venv_python=python)
             self.step("installing what the build backend asks for", argv)
 
     def _build_env(self, requires: List[str]) -> str:
@@ -365,7 +376,7 @@ class _Builder:
         self.step("creating the build env", argv)
         python = os.path.join(env_dir, "bin", "python")
         if requires:
-            argv = self.installer.argv("install", [*self.opts.pip_args, *requires], venv_python=python)
+            argv = self.installer.argv("install", [*self.pip_args, *requires], venv_python=python)
             self.step("installing the build requirements into the build env", argv)
         return python
 
@@ -432,17 +443,17 @@ class _Builder:
         """Install `wheel`; one built through the overlay as the wheel built from the stub, its placeholders
         then hard-linked to the base wheel's members (_wheel_overlay.link_installed): the same files."""
         if self.linkable is None:
-            argv = self.installer.argv("install", [*self.opts.pip_args, wheel], venv_python=self.venv_python)
+            argv = self.installer.argv("install", [*self.pip_args, wheel], venv_python=self.venv_python)
             self.step("installing the wheel", argv)
             return
         from_stub, placeholders, members = self.linkable
-        argv = self.installer.argv("install", [*self.opts.pip_args, from_stub], venv_python=self.venv_python)
+        argv = self.installer.argv("install", [*self.pip_args, from_stub], venv_python=self.venv_python)
         self.step("installing the wheel built from the stub", argv)
         try:
             counts = link_installed(self._dist_info(wheel), placeholders, members, (wheel, wheel_sha))
         except (OverlayError, OSError, ValueError) as exc:
             self.note(f"linked install refused ({exc}); installing {wheel} over it")
-            argv = self.installer.argv("reinstall", [*self.opts.pip_args, wheel], venv_python=self.venv_python)
+            argv = self.installer.argv("reinstall", [*self.pip_args, wheel], venv_python=self.venv_python)
             self.step("installing the wheel", argv)
             self.install_record = {"how": "wheel", "linked_install_refused": str(exc)}
             return
@@ -467,6 +478,42 @@ class _Builder:
             checkout(mirror, commit, self.paths.src, self.deadline.remaining(), self.paths.log)
         except GitError as exc:
             raise BuildError(str(exc)) from exc
+
+
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"`]+")
+
+
+def _credentials_off_argv(args: List[str]) -> Tuple[List[str], str]:
+    """pip_args with the credentials of their URLs taken out, and the netrc text that gives them to pip and
+    uv instead (empty when there are none). One credential per host: netrc has one entry per machine."""
+    machines: Dict[str, Tuple[str, str]] = {}
+
+    def take(match: re.Match) -> str:
+        url = match.group(0)
+        if redact_url(url) == url:
+            return url
+        parts = urllib.parse.urlsplit(url)
+        login, password = urllib.parse.unquote(parts.username or ""), urllib.parse.unquote(parts.password or "")
+        host = parts.hostname or ""
+        if not host or any(not token.isprintable() or " " in token or '"' in token for token in (login, password)):
+            raise OptionError(
+                f"a URL of pip_args ({redact_url(url)}) has credentials that cannot be handed over without the "
+                "command line (no host, or a space, quote or control character in them). Fix: use a token "
+                "without those, or a netrc file or keyring of the build user"
+            )
+        if machines.setdefault(host, (login, password)) != (login, password):
+            raise OptionError(
+                f"pip_args give two different credentials for {host}; pip and uv get them from one netrc entry "
+                "per host. Fix: use one credential for the host"
+            )
+        return redact_url(url)
+
+    cleaned = [_URL.sub(take, arg) for arg in args]
+    lines = [
+        f"machine {host} login {login}" + (f" password {password}" if password else "")
+        for host, (login, password) in machines.items()
+    ]
+    return cleaned, "".join(line + "\n" for line in lines)
 
 
 def _hooks_result(log_path: str) -> Optional[Dict[str, Any]]:
@@ -868,12 +915,13 @@ def build(opts: BuildOptions, check_mode: bool = False) -> Dict[str, Any]:
     return result
 
 
-# The directories of `root` a build deletes in: a link that leads out of `root` would make it delete there.
-_OWN_DIRS = ("build", "releases", "wheels")
+# The directories of `root` a build deletes in (src/: a half mirror): a link that leads out of `root` would
+# make it delete there.
+_OWN_DIRS = ("build", "releases", "wheels", "src")
 
 
 def _refuse_linked_dirs(root: str) -> None:
-    """Refuse a root whose build/, releases/ or wheels/ lies outside it (a symlink to a scratch disk): every
+    """Refuse a root whose build/, releases/, wheels/ or src/ lies outside it (a symlink to a scratch disk): every
     build deletes debris and half releases in them, which would then be whatever else lives there."""
     for name in _OWN_DIRS:
         path = os.path.join(root, name)

@@ -5,7 +5,10 @@
 A vLLM build is a tree of processes (pip -> setup.py -> cmake -> ninja -> nvcc ...). Killing only the
 direct child leaves compilers running and holding the host. So every command starts in its own
 session (= its own process group), and on expiry the whole group gets SIGTERM, a grace period, then
-SIGKILL, and we check that no member survives.
+SIGKILL, and we check that no member survives. A member that left the group (`setsid()`, a daemon)
+is still found: every command's environment carries a mark of its own (MARK_ENV=<random>) that its
+descendants inherit, and a kill reaches every live process whose /proc/<pid>/environ holds it, with all
+their descendants (by ppid) besides.
 
 The module itself can die too: Ansible's `async` timeout SIGKILLs the module's process group, which
 does not include the build's (new session) group and cannot be caught. A small watchdog process in
@@ -24,21 +27,25 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from typing import IO, Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import open_private_append, redact_url, utc_now
 
-__all__ = ["CommandInterrupted", "CommandResult", "Deadline", "group_members", "run", "tail"]
+__all__ = ["MARK_ENV", "CommandInterrupted", "CommandResult", "Deadline", "group_members", "marked", "run", "tail"]
 
 DEFAULT_GRACE = 10.0
 DEFAULT_PROGRESS_EVERY = 3.0
 _POLL = 0.2
 _TAIL_BYTES = 64 * 1024
+# The variable that marks every process of one command, those that left its process group included.
+MARK_ENV = "VLLM_OPS_DFLASH_RUN"
 
-# Runs in its own session: blocks on stdin until the module says "done" or dies (EOF).
+# Runs in its own session: blocks on stdin until the module says "done" or dies (EOF). Standalone (no
+# imports of this collection), so it repeats the search of `marked` for the processes that left the group.
 _WATCHDOG = r"""
 import os, signal, sys, time
-pgid, grace = int(sys.argv[1]), float(sys.argv[2])
+pgid, grace, mark = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3].encode()
 for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
     signal.signal(sig, signal.SIG_IGN)
 try:
@@ -47,19 +54,40 @@ except OSError:
     said = b""
 if said:
     sys.exit(0)
+def escaped():
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open("/proc/%s/environ" % entry, "rb") as handle:
+                if mark in handle.read().split(b"\0"):
+                    found.append(int(entry))
+        except OSError:
+            pass
+    return found
+def signal_all(signum):
+    try:
+        os.killpg(pgid, signum)
+    except OSError:
+        pass
+    for pid in escaped():
+        try:
+            os.kill(pid, signum)
+        except OSError:
+            pass
 def alive():
     try:
         os.killpg(pgid, 0)
         return True
     except OSError:
-        return False
+        return bool(escaped())
 if alive():
-    os.killpg(pgid, signal.SIGTERM)
+    signal_all(signal.SIGTERM)
     end = time.monotonic() + grace
     while alive() and time.monotonic() < end:
         time.sleep(0.2)
-    if alive():
-        os.killpg(pgid, signal.SIGKILL)
+    signal_all(signal.SIGKILL)
 """
 
 
@@ -180,30 +208,86 @@ def group_members(pgid: int) -> List[int]:
     return members
 
 
-def _signal_group(pgid: int, signum: int) -> None:
+def _live_processes() -> Dict[int, int]:
+    """pid -> ppid of every live (non-zombie) process, from /proc; empty without /proc."""
+    found: Dict[int, int] = {}
+    with contextlib.suppress(OSError):
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as handle:
+                    stat = handle.read().decode("ascii", "replace")
+            except OSError:
+                continue
+            fields = stat[stat.rfind(")") + 2 :].split()
+            if len(fields) >= 2 and fields[0] != "Z":
+                found[int(entry)] = int(fields[1])
+    return found
+
+
+def marked(mark: str) -> List[int]:
+    """Live processes of the command marked `mark`, those that left its process group (`setsid()`) included:
+    the ones whose environment holds MARK_ENV=`mark`, and all their descendants (a child may clear its env)."""
+    live = _live_processes()
+    needle = f"{MARK_ENV}={mark}".encode()
+    found = set()
+    for pid in live:
+        if pid == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as handle:
+                if needle in handle.read().split(b"\0"):
+                    found.add(pid)
+        except OSError:  # gone, or another user's (we can neither read nor signal it)
+            continue
+    children: Dict[int, List[int]] = {}
+    for pid, ppid in live.items():
+        children.setdefault(ppid, []).append(pid)
+    todo = list(found)
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found and child != os.getpid():
+                found.add(child)
+                todo.append(child)
+    return sorted(found)
+
+
+def _members(pgid: int, mark: Optional[str]) -> List[int]:
+    """The command's live processes: its process group, and those that left it (found by `mark`)."""
+    members = set(group_members(pgid))
+    if mark:
+        members.update(marked(mark))
+    return sorted(members)
+
+
+def _signal_group(pgid: int, signum: int, mark: Optional[str] = None) -> None:
     with contextlib.suppress(OSError):
         os.killpg(pgid, signum)
+    for pid in marked(mark) if mark else []:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signum)
 
 
-def _kill_group(proc: subprocess.Popen, grace: float) -> List[int]:
-    """SIGTERM the group, wait up to `grace`, SIGKILL what is left; return the pids that survived."""
+def _kill_group(proc: subprocess.Popen, grace: float, mark: Optional[str] = None) -> List[int]:
+    """SIGTERM the group (and the processes that left it), wait up to `grace`, SIGKILL what is left; return
+    the pids that survived."""
     pgid = proc.pid
-    _signal_group(pgid, signal.SIGTERM)
+    _signal_group(pgid, signal.SIGTERM, mark)
     end = time.monotonic() + grace
     while time.monotonic() < end:
         proc.poll()  # reap our direct child so it does not linger as a zombie member
-        if not group_members(pgid):
+        if not _members(pgid, mark):
             return []
         time.sleep(_POLL)
-    _signal_group(pgid, signal.SIGKILL)
     end = time.monotonic() + 5.0
     while time.monotonic() < end:
+        _signal_group(pgid, signal.SIGKILL, mark)  # again each round: a process may fork while it is killed
         proc.poll()
-        survivors = group_members(pgid)
-        if not survivors:
+        if not _members(pgid, mark):
             return []
         time.sleep(_POLL)
-    return group_members(pgid)
+    return _members(pgid, mark)
 
 
 class _Interrupt(Exception):
@@ -238,11 +322,11 @@ def _signals_interrupt() -> Iterator[None]:
             signal.signal(signum, handler)
 
 
-def _start_watchdog(pgid: int, grace: float) -> Tuple[subprocess.Popen, int]:
+def _start_watchdog(pgid: int, grace: float, mark: str) -> Tuple[subprocess.Popen, int]:
     read_end, write_end = os.pipe()
     try:
         watchdog = subprocess.Popen(
-            [sys.executable, "-c", _WATCHDOG, str(pgid), str(grace)],
+            [sys.executable, "-c", _WATCHDOG, str(pgid), str(grace), f"{MARK_ENV}={mark}"],
             stdin=read_end,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -354,6 +438,8 @@ def _supervise(
     survivors: List[int] = []
     proc: Optional[subprocess.Popen] = None
     guard = None
+    mark = uuid.uuid4().hex  # this command's own: its processes that leave the group keep it in their env
+    child_env = dict(env if env is not None else os.environ, **{MARK_ENV: mark})
     with _signals_interrupt():
         try:
             started = time.monotonic()
@@ -362,19 +448,19 @@ def _supervise(
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=err if err is not None else subprocess.STDOUT,
-                env=dict(env) if env is not None else None,
+                env=child_env,
                 cwd=cwd,
                 start_new_session=True,
             )
             if watchdog:
-                guard = _start_watchdog(proc.pid, grace)
+                guard = _start_watchdog(proc.pid, grace, mark)
             reported = started
             while True:
                 now = time.monotonic()
                 left = timeout - (now - started)
                 if left <= 0:
                     timed_out = True
-                    survivors = _kill_group(proc, grace)
+                    survivors = _kill_group(proc, grace, mark)
                     break
                 if progress is not None and now - reported >= progress_every:
                     reported = now
@@ -388,7 +474,7 @@ def _supervise(
         except _Interrupt as exc:
             interrupted = exc.signum
             if proc is not None:
-                survivors = _kill_group(proc, min(grace, 5.0))
+                survivors = _kill_group(proc, min(grace, 5.0), mark)
         finally:
             if guard is not None:
                 _stop_watchdog(*guard)

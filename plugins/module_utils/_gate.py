@@ -32,10 +32,12 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from ansible_collections.vllm_ops.dflash.plugins.module_utils import _untrusted_json
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import write_text_atomic
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._gate_history import (
+    RULES,
     Comparison,
     RelativeRules,
     compare,
     fingerprint,
+    results_path,
 )
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._metrics import (
     TPOT_HISTOGRAMS,
@@ -542,6 +544,86 @@ def _workload_of(settings: GateSettings) -> Workload:
         return settings.workload
     prompts = list(settings.prompts) or list(DEFAULT_PROMPTS)
     return inline_workload(prompts, settings.requests, settings.max_tokens, settings.concurrency)
+
+
+def plan_gate(settings: GateSettings, report_path: Optional[str] = None) -> Dict[str, Any]:
+    """What run_gate would send and how it would judge, without a byte to the server (check mode).
+
+    Runs every check that needs no traffic: the options (as run_gate refuses them), the url, the workload
+    (already parsed into settings.workload) and the baseline (read by the caller from results_dir). The
+    verdict itself is not predicted: it needs the server's counters after real traffic.
+    """
+    _validate(settings)
+    url = display_url(_base_url(settings.url))
+    workload = _workload_of(settings)
+    absolute = [f"mean acceptance length >= {settings.min_mean_acceptance_length:g}"]
+    absolute.append(f"at least {max(settings.min_drafts, 1)} drafts")
+    if settings.min_draft_acceptance_rate is not None:
+        absolute.append(f"draft acceptance rate >= {settings.min_draft_acceptance_rate:g}")
+    if settings.num_speculative_tokens is not None:
+        absolute.append(f"{settings.num_speculative_tokens} per-position counters")
+    absolute.append("no failed request")
+    rules = [rule for rule in RULES if rule not in settings.rules.disabled]
+    if not settings.baseline_release:
+        relative_skipped: Optional[str] = "no last good release (baseline_release) given"
+    elif not settings.results_dir:
+        relative_skipped = "no results_dir to read the last good release's result from"
+    elif settings.baseline is None:
+        relative_skipped = (
+            f"no passed result of the last good release {settings.baseline_release!r} in {settings.results_dir}"
+        )
+    elif not rules:
+        relative_skipped = "every relative rule is in disabled_rules"
+    else:
+        relative_skipped = None
+    writes = []
+    release = settings.identity.get("release")
+    if settings.results_dir and release:
+        writes.append(results_path(settings.results_dir, release))
+    if report_path:
+        writes.extend(report_paths(report_path))
+    if relative_skipped is None:
+        relative = f"relative rules {', '.join(rules)} against {settings.baseline_release!r}'s last passed result"
+    else:
+        relative = f"no relative rule ({relative_skipped})"
+    message = (
+        f"check mode: would send {workload.total_requests} requests of the workload {workload.name!r} "
+        f"({workload.sha256}) to {url}, {workload.concurrency} at a time, within {gate_deadline(settings):g} s, "
+        f"and judge against {', '.join(absolute)}; {relative}"
+        + (f"; would write {', '.join(writes)}" if writes else "")
+        + "; no traffic sent, so no verdict"
+    )
+    return {
+        "url": url,
+        "model": settings.model,
+        "workload": {
+            "name": workload.name,
+            "sha256": workload.sha256,
+            "requests": workload.total_requests,
+            "concurrency": workload.concurrency,
+            "max_tokens": workload.max_tokens,
+            "source": workload.source,
+        },
+        "deadline": gate_deadline(settings),
+        "thresholds": {
+            "min_mean_acceptance_length": settings.min_mean_acceptance_length,
+            "min_draft_acceptance_rate": settings.min_draft_acceptance_rate,
+            "min_drafts": settings.min_drafts,
+            "num_speculative_tokens": settings.num_speculative_tokens,
+        },
+        "relative": {
+            "baseline_release": settings.baseline_release,
+            "baseline_found": settings.baseline is not None,
+            "rules": rules,
+            "skipped": relative_skipped,
+            "max_acceptance_drop": settings.rules.max_acceptance_drop,
+            "max_position0_drop": settings.rules.max_position0_drop,
+            "max_throughput_drop": settings.rules.max_throughput_drop,
+            "min_identical_outputs": settings.rules.min_identical_outputs,
+        },
+        "would_write": writes,
+        "message": message,
+    }
 
 
 def run_gate(settings: GateSettings) -> GateOutcome:

@@ -14,7 +14,8 @@ import hashlib
 import os
 import re
 import shutil
-from typing import Dict, List, Mapping, Optional
+import urllib.parse
+from typing import Dict, List, Mapping, Optional, Tuple
 
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import redact_url
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._deadline import CommandResult, Deadline, run
@@ -25,6 +26,7 @@ __all__ = [
     "changed_paths",
     "checkout",
     "commit_exists",
+    "credentials_off_argv",
     "ensure_mirror",
     "fetch_ref",
     "fetch_short_sha",
@@ -102,6 +104,43 @@ def mirror_path(root: str, repo: str) -> str:
     return os.path.join(root, "src", f"{slug}-{hashlib.sha256(clean.encode()).hexdigest()[:8]}.git")
 
 
+# A credential helper of git's own config syntax (`!` runs it in a shell): it answers `get` with the
+# credentials of one URL from the environment, so they reach git without its argv (which `ps` shows).
+_HELPER = (
+    "!f() { test \"$1\" = get && printf 'username=%s\\npassword=%s\\n' "
+    '"$VLLM_OPS_GIT_USER_{n}" "$VLLM_OPS_GIT_PASS_{n}"; }; f'
+)
+
+
+def credentials_off_argv(args: List[str], env: Dict[str, str]) -> Tuple[List[str], Dict[str, str]]:
+    """`args` with the credentials of their http(s) URLs taken out, and `env` extended so that git gets them
+    from a credential helper scoped to that URL's host (GIT_CONFIG_COUNT: after any the caller set)."""
+    env = dict(env)
+    cleaned = []
+    count = int(env.get("GIT_CONFIG_COUNT") or 0) if str(env.get("GIT_CONFIG_COUNT") or "0").isdigit() else 0
+    scopes: Dict[str, int] = {}
+    for arg in args:
+        if not re.match(r"(?i)https?://", arg) or redact_url(arg) == arg:
+            cleaned.append(arg)
+            continue
+        parts = urllib.parse.urlsplit(arg)
+        host = f"[{parts.hostname}]" if ":" in (parts.hostname or "") else parts.hostname
+        scope = f"{parts.scheme.lower()}://{host}" + (f":{parts.port}" if parts.port else "")
+        if scope not in scopes:
+            index = scopes[scope] = len(scopes)
+            env[f"VLLM_OPS_GIT_USER_{index}"] = urllib.parse.unquote(parts.username or "")
+            env[f"VLLM_OPS_GIT_PASS_{index}"] = urllib.parse.unquote(parts.password or "")
+            # An empty helper first: helpers of the user's config do not answer for this URL before ours.
+            for value in ("", _HELPER.replace("{n}", str(index))):
+                env[f"GIT_CONFIG_KEY_{count}"] = f"credential.{scope}.helper"
+                env[f"GIT_CONFIG_VALUE_{count}"] = value
+                count += 1
+        cleaned.append(redact_url(arg))
+    if scopes:
+        env["GIT_CONFIG_COUNT"] = str(count)
+    return cleaned, env
+
+
 def _git(
     args: List[str],
     timeout: float,
@@ -112,8 +151,9 @@ def _git(
     argv = ["git"]
     if git_dir:
         argv += ["--git-dir", git_dir]
+    args, env = credentials_off_argv(args, git_env())
     try:
-        return run(argv + args, timeout, log_path=log_path, env=git_env(), watchdog=long_running)
+        return run(argv + args, timeout, log_path=log_path, env=env, watchdog=long_running)
     except FileNotFoundError as exc:
         raise GitError("git is not installed on this host; install it (e.g. the `git` package)") from exc
 
@@ -222,7 +262,7 @@ def ensure_mirror(
     """Create the bare mirror if needed and fetch all branches and tags (+ `extra` refs or SHAs).
 
     The URL is passed on the command line, never stored in the mirror's config, so a token in it
-    does not end up on disk.
+    does not end up on disk; its credentials are taken off the command line (`credentials_off_argv`).
     """
     if not os.path.isdir(os.path.join(mirror, "objects")):
         tmp = mirror + ".init"

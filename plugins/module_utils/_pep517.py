@@ -11,6 +11,14 @@ hooks run again (a frontend would have installed it between the two).
 
 The build environment (isolated: a venv with `[build-system] requires`, as a frontend makes it; without
 isolation: the release venv) and the installs are the caller's (_build). Standard library only.
+
+Why not pyproject_hooks (the hook caller pip and build use): HOOKS runs in the build environment's
+python, a venv the collection makes, so the library could be installed there; but its
+BuildBackendHookCaller runs every hook call in a new process (its `_in_process` script, one subprocess
+per hook), which is exactly the second setup.py import this module exists to avoid. What is left here
+is the part pyproject_hooks would not replace either: ~20 lines that import the backend (PEP 517's
+`module:object` and `backend-path`) and call its two hooks. The test that both hooks run in one process
+(test_pep517.py) is the reason held to account.
 """
 
 from __future__ import annotations

@@ -8,6 +8,14 @@ glob skips, renamed over the old file). The alerting rules (role `dflash_monitor
 live counters with `dflash_gate_mean_acceptance_length` and `dflash_gate_alert_margin` from here.
 
 Standard library only: this runs on the target host's system Python (3.8+).
+
+Why not prometheus_client.write_to_textfile: the host's python may lack prometheus_client, and the
+release venv that has it (vLLM requires it) is the wrong place to depend on: this file is written after
+a failed gate and a rollback too, when that venv may be the broken one, and the module would have to
+run a script in it for ~40 lines of formatting. What is ours is the format only (render, escaping); the
+tests hold it to prometheus_client's own writer (write_to_textfile) and parser as oracles, so a
+difference fails there. The atomic write is _common.write_text_atomic, as write_to_textfile does it
+(a temporary name, then a rename).
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 # Copyright (c) vllm_ops.dflash contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Parse vLLM version strings (PEP 440 as written by setuptools-scm) without `packaging`.
+"""Parse vLLM version strings (PEP 440 as written by setuptools-scm) with `packaging.version`.
 
-This runs on the target's system Python, where `packaging` may be missing, so the PEP 440 grammar is
-reproduced here. On top of the standard fields it splits the setuptools-scm local segments:
+This runs on the target's system Python, where `packaging` may be missing, so PEP 440 itself is the
+vendored `packaging.version` (_vendor/packaging, 24.2, the way ansible-core vendors libraries). On top of
+it this splits the setuptools-scm local segments:
 `0.29.1rc1.dev263+gb0b2f27da.d20260917.cu130` -> commit prefix `b0b2f27da`, dirty date `20260917`,
 platform `cu130`.
 """
@@ -13,23 +14,13 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, NamedTuple, Optional, Tuple, Union
 
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._vendor.packaging.version import (
+    InvalidVersion,
+    Version,
+)
+
 __all__ = ["VersionError", "VllmVersion", "commit_matches", "parse_version", "same_commit"]
 
-# The canonical grammar of PEP 440 (Appendix B), case-insensitive, surrounding whitespace allowed.
-_PEP440 = re.compile(
-    r"""
-    ^\s*v?
-    (?:(?P<epoch>[0-9]+)!)?
-    (?P<release>[0-9]+(?:\.[0-9]+)*)
-    (?P<pre>[-_.]?(?P<pre_l>alpha|beta|preview|pre|a|b|c|rc)[-_.]?(?P<pre_n>[0-9]+)?)?
-    (?P<post>(?:-(?P<post_n1>[0-9]+))|(?:[-_.]?(?P<post_l>post|rev|r)[-_.]?(?P<post_n2>[0-9]+)?))?
-    (?P<dev>[-_.]?(?P<dev_l>dev)[-_.]?(?P<dev_n>[0-9]+)?)?
-    (?:\+(?P<local>[a-z0-9]+(?:[-_.][a-z0-9]+)*))?
-    \s*$
-    """,
-    re.VERBOSE | re.IGNORECASE,
-)
-_PRE_SPELLINGS = {"alpha": "a", "beta": "b", "c": "rc", "pre": "rc", "preview": "rc"}
 # setuptools-scm: `g<abbreviated commit>` (git never abbreviates below 7 by default) and `d<YYYYMMDD>`.
 _COMMIT_SEGMENT = re.compile(r"^g([0-9a-f]{7,40})$")
 _DIRTY_SEGMENT = re.compile(r"^d([0-9]{8})$")
@@ -58,17 +49,7 @@ class VllmVersion(NamedTuple):
     @property
     def public(self) -> str:
         """The normalised version without its local part (`0.29.1rc1.dev263`)."""
-        parts = []
-        if self.epoch:
-            parts.append(f"{self.epoch}!")
-        parts.append(".".join(str(number) for number in self.release))
-        if self.pre is not None:
-            parts.append(f"{self.pre[0]}{self.pre[1]}")
-        if self.post is not None:
-            parts.append(f".post{self.post}")
-        if self.dev is not None:
-            parts.append(f".dev{self.dev}")
-        return "".join(parts)
+        return Version(self.text).public
 
     def __str__(self) -> str:
         return self.public if self.local is None else f"{self.public}+{self.local}"
@@ -89,52 +70,36 @@ class VllmVersion(NamedTuple):
         }
 
 
-def _number(text: Optional[str]) -> int:
-    return int(text) if text else 0
-
-
 def parse_version(text: str) -> VllmVersion:
     """Parse `text`; raise VersionError when it is not a PEP 440 version."""
     if not isinstance(text, str):
         raise VersionError(f"version must be a string, got {type(text).__name__}")
-    match = _PEP440.match(text)
-    if match is None:
+    try:
+        version = Version(text)
+    except InvalidVersion:
         raise VersionError(
             f"{text!r} is not a PEP 440 version (expected e.g. 0.26.0 or 0.1.dev16016+g3cfc8f8b7); "
             "check the vllm distribution's METADATA"
-        )
-    pre = None
-    if match.group("pre_l"):
-        label = match.group("pre_l").lower()
-        pre = (_PRE_SPELLINGS.get(label, label), _number(match.group("pre_n")))
-    post = None
-    if match.group("post"):
-        post = _number(match.group("post_n1") or match.group("post_n2"))
-    dev = _number(match.group("dev_n")) if match.group("dev") else None
-
-    local = None
+        ) from None
     commit_prefix = dirty_date = None
     platform_segments = []
-    if match.group("local"):
-        segments = re.split(r"[-_.]", match.group("local").lower())
-        local = ".".join(segments)
-        for segment in segments:
-            commit = _COMMIT_SEGMENT.match(segment)
-            dirty = _DIRTY_SEGMENT.match(segment)
-            if commit and commit_prefix is None:
-                commit_prefix = commit.group(1)
-            elif dirty and dirty_date is None:
-                dirty_date = dirty.group(1)
-            else:
-                platform_segments.append(segment)
+    for segment in version.local.split(".") if version.local else []:
+        commit = _COMMIT_SEGMENT.match(segment)
+        dirty = _DIRTY_SEGMENT.match(segment)
+        if commit and commit_prefix is None:
+            commit_prefix = commit.group(1)
+        elif dirty and dirty_date is None:
+            dirty_date = dirty.group(1)
+        else:
+            platform_segments.append(segment)
     return VllmVersion(
         text=text,
-        epoch=_number(match.group("epoch")),
-        release=tuple(int(number) for number in match.group("release").split(".")),
-        pre=pre,
-        post=post,
-        dev=dev,
-        local=local,
+        epoch=version.epoch,
+        release=version.release,
+        pre=version.pre,
+        post=version.post,
+        dev=version.dev,
+        local=version.local,
         commit_prefix=commit_prefix,
         dirty_date=dirty_date,
         platform=".".join(platform_segments) or None,

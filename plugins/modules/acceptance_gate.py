@@ -34,8 +34,11 @@ attributes:
   check_mode:
     support: full
     details:
-      - In check mode no traffic is sent and nothing is written; the task is reported as skipped with
-        RV(passed=null) and no figures, because a verdict needs real traffic.
+      - In check mode no traffic is sent and nothing is written. The checks that need no traffic still run
+        and fail as a real run would (the options, the url, the O(workload), the last good release's result in
+        O(results_dir)); then the task is reported as skipped with RV(passed=null), no figures (a verdict needs
+        real traffic), and RV(check) and RV(msg) say what it would send, to where, which thresholds and
+        relative rules it would judge by, and which files it would write.
   diff_mode:
     support: none
   idempotent:
@@ -300,9 +303,42 @@ results_path:
   type: str
 workload_sha256:
   description: sha256 of the normalised O(workload) (the same as in the report's C(workload.sha256)).
-  returned: with O(validate_only)
+  returned: with O(validate_only) and in check mode
   type: str
   sample: df8156e86b12b4cac09686bb20e162a248a4557caf2d6492aea63f51e3ef8a48
+check:
+  description:
+    - In check mode, what a run would do; C(msg) says it in one line.
+  returned: in check mode
+  type: dict
+  contains:
+    url:
+      description: The server it would send to (without credentials).
+      type: str
+    workload:
+      description: C(name), C(sha256), C(requests), C(concurrency), C(max_tokens) and C(source) of the traffic.
+      type: dict
+    deadline:
+      description: Seconds the run may take (O(deadline) or the derived default).
+      type: float
+    thresholds:
+      description:
+        - The absolute thresholds, O(min_mean_acceptance_length), O(min_draft_acceptance_rate), O(min_drafts)
+          and O(num_speculative_tokens).
+      type: dict
+    relative:
+      description:
+        - C(baseline_release), C(baseline_found), the C(rules) that would apply, C(skipped) (why none would,
+          or null) and the rules' limits.
+      type: dict
+    would_write:
+      description: The files a run would write (the kept result, the JSON and Markdown reports).
+      type: list
+      elements: str
+  sample:
+    url: http://127.0.0.1:8000
+    workload: {name: default, requests: 24, concurrency: 4, max_tokens: 128}
+    would_write: [/opt/vllm/gate-results/r2.json]
 report:
   description:
     - The full report (schema 2), as written to O(report_path); see C(docs/gate-report.md).
@@ -327,6 +363,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._gate import (
     GateError,
     GateSettings,
+    plan_gate,
     run_gate,
     summary_line,
     write_reports,
@@ -418,13 +455,6 @@ def main() -> None:
             workload_sha256=workload.sha256 if workload else None,
             msg=f"workload {workload.name!r} ({workload.sha256}) is valid" if workload else "no workload given",
         )
-    if module.check_mode:
-        module.exit_json(
-            changed=False,
-            skipped=True,
-            passed=None,
-            msg="check mode: no smoke traffic sent, so no verdict",
-        )
     identity = {k: v for k, v in (params["identity"] or {}).items() if v not in (None, "")}
     if params["release"]:
         identity["release"] = params["release"]
@@ -435,14 +465,13 @@ def main() -> None:
             baseline = baseline_result(results_dir, params["baseline_release"])
         except HistoryError as exc:
             module.fail_json(msg=str(exc), passed=False)
+    # requests / max_tokens / concurrency unset: GateSettings' defaults (or the workload's) apply.
+    sizes = {name: params[name] for name in ("requests", "max_tokens", "concurrency") if params[name] is not None}
     settings = GateSettings(
         url=params["url"],
         model=params["model"],
         api_key=params["api_key"],
         prompts=params["prompts"] or (),
-        requests=params["requests"] or 24,
-        max_tokens=params["max_tokens"] or 128,
-        concurrency=params["concurrency"] or 4,
         min_mean_acceptance_length=params["min_mean_acceptance_length"],
         min_draft_acceptance_rate=params["min_draft_acceptance_rate"],
         min_drafts=params["min_drafts"],
@@ -462,7 +491,23 @@ def main() -> None:
         baseline=baseline,
         baseline_release=params["baseline_release"],
         results_dir=results_dir,
+        **sizes,
     )
+    if module.check_mode:
+        # Every read-only check a real run does first (options, url, workload, last good result), then
+        # what it would send and how it would judge; nothing is sent and nothing written.
+        try:
+            plan = plan_gate(settings, params["report_path"])
+        except (GateError, HistoryError) as exc:
+            module.fail_json(msg=str(exc), passed=False)
+        module.exit_json(
+            changed=False,
+            skipped=True,
+            passed=None,
+            workload_sha256=plan["workload"]["sha256"],
+            msg=plan.pop("message"),
+            check=plan,
+        )
     try:
         outcome = run_gate(settings)
     except GateError as exc:

@@ -24,14 +24,20 @@ attributes:
   check_mode:
     support: full
     details:
-      - Starts and stops the server in check mode too (it writes nothing), so that a client's check mode (a
-        HEAD request of get_url) can tell whether its copy would change.
+      - In check mode no server starts and none is stopped. O(state=started) runs the checks a start does
+        first (O(path) is a file, O(timeout), a bind of O(address) released at once) and returns what it would
+        serve (RV(path), RV(size), RV(address), RV(timeout)) with RV(changed=true) and no RV(url), RV(port),
+        RV(pid) or RV(token); O(state=stopped) says in RV(stopped) whether it would stop a running server.
+      - A play whose clients must reach the server in check mode too (a HEAD request of
+        M(ansible.builtin.get_url)) sets the task keyword C(check_mode) to V(false) on the start and the stop
+        task; the server writes nothing on this host.
   diff_mode:
     support: none
   idempotent:
     support: none
     details:
-      - Every O(state=started) starts another server, on another port and token.
+      - Every O(state=started) starts another server, on another port and token, and reports RV(changed=true);
+        O(state=stopped) reports RV(changed=true) when it stopped a running server.
 options:
   state:
     description: Whether to start a server or stop the one named by O(pid) and O(token).
@@ -92,30 +98,50 @@ EXAMPLES = r"""
 RETURN = r"""
 url:
   description: Where the file is served (O(state=started)).
-  returned: success
+  returned: when a server started (not in check mode)
   type: str
   sample: http://10.0.0.11:40123/q1w2e3r4t5y6u7i8o9p0aa/vllm-0.26.0-cp38-abi3-linux_x86_64.whl
 port:
   description: The port the server listens on.
-  returned: success
+  returned: when a server started (not in check mode)
   type: int
 pid:
   description: The server's process id, for O(state=stopped).
-  returned: success
+  returned: when a server started (not in check mode)
   type: int
 token:
   description: The random path segment of RV(url), for O(state=stopped).
-  returned: success
+  returned: when a server started (not in check mode)
   type: str
+path:
+  description: The file that would be served.
+  returned: O(state=started) in check mode
+  type: str
+address:
+  description: The address the server would bind (on a port the kernel picks).
+  returned: O(state=started) in check mode
+  type: str
+size:
+  description: The size of O(path) in bytes.
+  returned: O(state=started) in check mode
+  type: int
+timeout:
+  description: Seconds the server would live at most.
+  returned: O(state=started) in check mode
+  type: float
 stopped:
-  description: Whether a running server was stopped (O(state=stopped)); V(false) when it had exited already.
-  returned: success
+  description:
+    - Whether a running server was stopped (O(state=stopped)); V(false) when it had exited already.
+    - In check mode, whether it would be stopped (the server named by O(pid) and O(token) still runs).
+  returned: O(state=stopped)
   type: bool
 """
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._wheel_serve import (
     WheelServeError,
+    plan_server,
+    server_running,
     start_server,
     stop_server,
 )
@@ -137,12 +163,24 @@ def main() -> None:
     )
     params = module.params
     if params["state"] == "stopped":
-        module.exit_json(changed=False, stopped=stop_server(params["pid"], params["token"]))
+        if module.check_mode:
+            running = server_running(params["pid"], params["token"])
+            module.exit_json(changed=running, stopped=running)
+        stopped = stop_server(params["pid"], params["token"])
+        module.exit_json(changed=stopped, stopped=stopped)
     try:
+        if module.check_mode:
+            plan = plan_server(params["path"], params["address"], params["timeout"])
+            module.exit_json(
+                changed=True,
+                msg=f"check mode: would serve {plan['path']} ({plan['size']} bytes) on {plan['address']}, "
+                f"on a port the kernel picks, for at most {plan['timeout']:g} s; nothing started",
+                **plan,
+            )
         server = start_server(params["path"], params["address"], params["timeout"])
     except WheelServeError as exc:
         module.fail_json(msg=str(exc))
-    module.exit_json(changed=False, **server)
+    module.exit_json(changed=True, **server)
 
 
 if __name__ == "__main__":

@@ -639,3 +639,19 @@ def test_a_separate_upstream_is_fetched_into_the_mirror_for_the_decision(tiny, t
     decision = _build._fetch_base_and_decide(opts, str(repo), mirror, shas["p1"], {}, deadline, log)
     assert decision.use is False and decision.reason.startswith(f"precompiled_base {gone} is unusable")
     assert decision.reason.endswith(": full build")
+
+
+def test_pip_args_credentials_become_netrc_entries_and_leave_the_urls():
+    args = ["-i", "https://ci:p%40ss@pypi.example.com/simple", "--find-links=https://tok@wheels.example.com/x/"]
+    args += ["pkg @ https://ci:p%40ss@pypi.example.com/pkg.whl", "--no-index", "ssh://git@host/x.git"]
+    cleaned, netrc = _build._credentials_off_argv(args)
+    assert cleaned == [
+        "-i", "https://pypi.example.com/simple", "--find-links=https://wheels.example.com/x/",
+        "pkg @ https://pypi.example.com/pkg.whl", "--no-index", "ssh://git@host/x.git",
+    ]  # fmt: skip
+    assert netrc == "machine pypi.example.com login ci password p@ss\nmachine wheels.example.com login tok\n"
+    assert _build._credentials_off_argv(["--no-index"]) == (["--no-index"], "")
+    with pytest.raises(_build.BuildError, match=r"two different credentials for h\.example"):
+        _build._credentials_off_argv(["https://a:1@h.example/s", "https://b:2@h.example/s"])
+    with pytest.raises(_build.BuildError, match="cannot be handed over without the command line"):
+        _build._credentials_off_argv(["https://a:b%20c@h.example/s"])

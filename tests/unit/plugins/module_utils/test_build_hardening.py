@@ -146,7 +146,7 @@ def test_a_github_pat_is_in_no_file_and_the_manifest_and_log_are_private(tiny, p
 
 
 @SLOW
-@pytest.mark.parametrize("linked", ["build", "releases", "wheels"])
+@pytest.mark.parametrize("linked", ["build", "releases", "wheels", "src"])
 def test_a_linked_build_dir_is_refused_and_nothing_outside_the_root_is_deleted(tiny, pip_args, built, tmp_path, linked):
     """Issue 28, case 1: with <root>/build a symlink to a scratch disk, every build rmtree'd every entry of
     the link's target. Now the build refuses before it deletes (or writes) anything there."""
@@ -162,6 +162,33 @@ def test_a_linked_build_dir_is_refused_and_nothing_outside_the_root_is_deleted(t
     assert "Fix:" in str(info.value) and "Nothing was changed" in str(info.value)
     assert sorted(p.name for p in scratch.iterdir()) == [f"{STAGING}0123456789ab-01234567", "someone-elses-dir"]
     assert (scratch / "someone-elses-dir" / "data").read_text() == "keep me"
+
+
+@SLOW
+def test_credentials_in_pip_args_never_reach_an_argv(tiny, pip_args, built, tmp_path, monkeypatch):
+    """Issue 28, case 9: credentials in pip_args were on the build's argv, readable by every local user in
+    `ps`. Now the URLs go without them and pip/uv get them from a 0600 netrc file."""
+    root = tmp_path / "root"
+    args = [*pip_args, "--extra-index-url", "https://__token__:s3cr3t-argv-token@127.0.0.1:9/simple"]
+    seen = []
+    real_run = _build.run_command
+
+    def spy(argv, timeout, **kwargs):
+        netrc = kwargs["env"].get("NETRC")
+        given = (Path(netrc).read_text(), os.stat(netrc).st_mode & 0o777) if netrc and os.path.exists(netrc) else None
+        seen.append((list(argv), given))
+        return real_run(argv, timeout, **kwargs)
+
+    monkeypatch.setattr(_build, "run_command", spy)
+    build(_options(tiny, root, args, wheel=built["wheel"], precompiled="never"))
+    installs = [(argv, given) for argv, given in seen if "install" in argv]
+    assert installs, seen
+    for argv, _given in seen:
+        assert not any("s3cr3t-argv-token" in arg for arg in argv), argv
+    for argv, given in installs:
+        assert "https://127.0.0.1:9/simple" in argv
+        assert given == ("machine 127.0.0.1 login __token__ password s3cr3t-argv-token\n", 0o600)
+    assert not (root / "build").exists() or not any((root / "build").iterdir())  # the netrc went with the build dir
 
 
 def test_a_ref_with_a_newline_or_nul_is_refused_before_anything_is_written(tiny, tmp_path):

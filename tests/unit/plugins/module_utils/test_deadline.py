@@ -35,6 +35,24 @@ TREE = textwrap.dedent(
 )
 
 
+# A build child that leaves the process group: it forks a process that calls setsid() (its own session,
+# as a daemonising tool does), ignores SIGTERM and records its pid; the shell then waits.
+ESCAPING = textwrap.dedent(
+    """
+    import os, signal, sys, time
+    if os.fork() == 0:
+        os.setsid()
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if os.fork() == 0:  # a daemon's double fork: its parent exits, it is nobody's child here
+            with open(sys.argv[1] + "/escaped.pid", "w") as handle:
+                handle.write(str(os.getpid()))
+            time.sleep(300)
+        os._exit(0)
+    time.sleep(300)
+    """
+)
+
+
 def wait_for_file(path: str, seconds: float = 10) -> str:
     def text() -> str:
         return Path(path).read_text().strip() if os.path.exists(path) else ""
@@ -82,6 +100,33 @@ def test_timeout_kills_the_whole_group(tmp_path):
     assert group_members(int((tmp_path / "shell.pid").read_text())) == []
     assert "TIMEOUT after" in result.log_tail
     assert "started" in tail(log, 5)
+
+
+@pytest.mark.slow
+def test_the_deadline_kill_reaches_a_child_that_called_setsid(tmp_path):
+    """Issue 28, case 11: a build child in a session of its own survived the deadline kill of the group."""
+    result = run([sys.executable, "-c", ESCAPING, str(tmp_path)], timeout=3, grace=1.0, watchdog=False)
+    escaped = int(wait_for_file(str(tmp_path / "escaped.pid")))
+    assert result.timed_out and result.survivors == []
+    assert wait_dead(escaped, 2), "the child that called setsid() survived the deadline"
+
+
+@pytest.mark.slow
+def test_the_watchdog_reaches_a_child_that_called_setsid(tmp_path):
+    """The module SIGKILLed (Ansible's async timeout): the watchdog kills what left the group too."""
+    code = textwrap.dedent(
+        f"""
+        import sys
+        sys.path.insert(0, {COLLECTIONS!r})
+        from ansible_collections.vllm_ops.dflash.plugins.module_utils._deadline import run
+        run([sys.executable, "-c", {ESCAPING!r}, {str(tmp_path)!r}], timeout=600, grace=1.0)
+        """
+    )
+    module = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    escaped = int(wait_for_file(str(tmp_path / "escaped.pid"), 30))
+    os.killpg(module.pid, signal.SIGKILL)
+    module.wait()
+    assert wait_dead(escaped, 15), "the child that called setsid() survived the module's SIGKILL"
 
 
 @pytest.mark.slow

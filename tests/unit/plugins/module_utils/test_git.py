@@ -8,6 +8,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from ansible_collections.vllm_ops.dflash.plugins.module_utils import _git
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._git import (
     GitError,
     changed_paths,
@@ -255,3 +256,33 @@ def test_ext_transport_is_never_executed_even_where_the_environment_allows_it(tm
 
 def test_git_env_allows_only_the_plain_transports():
     assert git_env({"GIT_ALLOW_PROTOCOL": "ext"})["GIT_ALLOW_PROTOCOL"] == "file:git:http:https:ssh"
+
+
+def test_credentials_in_the_repo_url_never_reach_gits_argv(monkeypatch):
+    """Issue 28's principle (secrets never on argv), where it reaches git: the repo URL's token was on the
+    argv of git ls-remote / fetch, readable by every local user in `ps`. Now git gets it from a helper."""
+    seen = []
+    real_run = _git.run
+
+    def spy(argv, timeout, **kwargs):
+        seen.append((list(argv), dict(kwargs["env"])))
+        return real_run(argv, timeout, **kwargs)
+
+    monkeypatch.setattr(_git, "run", spy)
+    with pytest.raises(GitError):
+        resolve_remote(UNREACHABLE, "main", timeout=30)
+    assert seen
+    for argv, _env in seen:
+        assert not any("s3cr3t" in arg for arg in argv), argv
+        assert "https://127.0.0.1:9/vllm.git" in argv
+    # git itself answers with the credentials, from the environment the call had
+    filled = subprocess.run(
+        ["git", "credential", "fill"], input="protocol=https\nhost=127.0.0.1:9\n\n", env=seen[0][1],
+        capture_output=True, text=True, timeout=30, check=True,
+    )  # fmt: skip
+    assert "username=deploy" in filled.stdout and "password=s3cr3t" in filled.stdout
+    other = subprocess.run(
+        ["git", "credential", "fill"], input="protocol=https\nhost=other.example\n\n", env=seen[0][1],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert "s3cr3t" not in other.stdout  # scoped to the repo's host: another host never gets them

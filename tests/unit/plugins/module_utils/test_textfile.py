@@ -123,3 +123,34 @@ def test_numbers_use_the_exposition_spelling():
     assert _textfile.render(samples).splitlines()[2] == "dflash_gate_passed NaN"
     assert "dflash_gate_drafts +Inf" in _textfile.render(samples)
     assert _textfile.render([]) == ""
+
+
+def test_the_file_says_what_prometheus_clients_own_writer_says(report, tmp_path):
+    """prometheus_client.write_to_textfile as the oracle: the same samples, the same families parsed back."""
+    from prometheus_client import CollectorRegistry, write_to_textfile
+    from prometheus_client.core import Metric
+
+    labels = {"cluster": 'eu-1 "a"\\b\nc'}
+    samples = _textfile.gate_samples(report, "default", release="r1", labels=labels)
+
+    class Samples:
+        def collect(self):
+            for name, help_text in _textfile.FAMILIES:
+                metric = Metric(name, help_text, "gauge")
+                for sample_name, sample_labels, value in samples:
+                    if sample_name == name:
+                        metric.add_sample(name, dict(sample_labels), value)
+                if metric.samples:
+                    yield metric
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Samples())
+    oracle = tmp_path / "oracle.prom"
+    write_to_textfile(str(oracle), registry)
+    ours = _textfile.render(samples)
+
+    def described(text):
+        return [(f.name, f.documentation, f.type, f.samples) for f in text_string_to_metric_families(text)]
+
+    assert described(ours) == described(oracle.read_text())
+    assert len(described(ours)) >= 8  # a real report fills most families

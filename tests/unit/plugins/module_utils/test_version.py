@@ -119,3 +119,25 @@ def test_same_commit():
     assert same_commit("ffd46bfab", SHA) is False
     with pytest.raises(VersionError, match="at least 7 hex"):
         same_commit("ffd46", SHA)
+
+
+def test_the_parse_needs_no_installed_packaging():
+    """The host's python may lack packaging: the vendored copy (_vendor/packaging) parses, nothing else."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    collections = Path(__file__).resolve().parents[4] / ".cache" / "ac"
+    script = (
+        "import sys\n"
+        "from ansible_collections.vllm_ops.dflash.plugins.module_utils._version import parse_version\n"
+        "v = parse_version('1!0.29.1rc1.dev263+gb0b2f27da.d20260917.cu130')\n"
+        "assert 'packaging' not in sys.modules, 'an installed packaging was imported'\n"
+        "print(v.public, v.local, v.commit_prefix)\n"
+    )
+    # -S: no site-packages, so an installed packaging cannot be found; only the collection is on the path.
+    env = dict(os.environ, PYTHONPATH=str(collections))
+    proc = subprocess.run([sys.executable, "-S", "-c", script], capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["1!0.29.1rc1.dev263", "gb0b2f27da.d20260917.cu130", "b0b2f27da"]

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -13,7 +14,10 @@ import urllib.request
 
 import pytest
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._wheel_serve import (
+    MARK,
     WheelServeError,
+    plan_server,
+    server_running,
     start_server,
     stop_server,
 )
@@ -115,6 +119,27 @@ def test_stop_leaves_a_process_without_the_token_alone(server):
         stranger.wait()
 
 
+def test_the_token_is_not_on_the_servers_argv(server):
+    """Issue 28, also seen: the token (the URL's only secret) was on the server's argv, readable in `ps`."""
+    with open(f"/proc/{server['pid']}/cmdline", "rb") as handle:
+        argv = handle.read().decode()
+    assert server["token"] not in argv and "vllm-ops-wheel-serve" in argv
+    with urllib.request.urlopen(server["url"], timeout=30) as response:
+        assert response.status == 200
+
+
+def test_an_idle_connection_is_closed_after_the_connection_timeout(wheel):
+    """Issue 28, also seen: a client that connects and sends nothing held a server thread for its whole life."""
+    started = start_server(str(wheel), "127.0.0.1", timeout=120, connection_timeout=1)
+    try:
+        with socket.create_connection(("127.0.0.1", started["port"]), timeout=30) as silent:
+            began = time.monotonic()
+            assert silent.recv(1) == b""  # the server closed it (before: recv waits out the 30 s, then raises)
+            assert time.monotonic() - began < 25
+    finally:
+        stop_server(started["pid"], started["token"])
+
+
 def test_the_server_exits_after_its_timeout(wheel):
     started = start_server(str(wheel), "127.0.0.1", timeout=1)
     assert _gone(started["pid"])
@@ -133,3 +158,36 @@ def test_a_missing_file_is_refused_before_any_server_starts(tmp_path):
     present.write_bytes(b"wheel")
     with pytest.raises(WheelServeError, match="timeout must be positive"):
         start_server(str(present), "127.0.0.1", timeout=0)
+
+
+def _servers_of(path) -> int:
+    """Processes on this host that serve `path` (the server's argv names the mark and the file)."""
+    count = 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                args = handle.read().split(b"\0")
+        except OSError:
+            continue
+        count += MARK.encode() in args and str(path).encode() in args
+    return count
+
+
+def test_plan_server_checks_what_a_start_checks_and_starts_nothing(wheel, tmp_path):
+    plan = plan_server(str(wheel), "127.0.0.1", timeout=30)
+    assert plan == {"path": str(wheel), "address": "127.0.0.1", "size": 3 * 1024 * 1024 + 17, "timeout": 30}
+    assert _servers_of(wheel) == 0
+    with pytest.raises(WheelServeError, match=r"could not serve .* on 192\.0\.2\.1: .*set the address"):
+        plan_server(str(wheel), "192.0.2.1", timeout=30)
+    with pytest.raises(WheelServeError, match="is not a file on this host"):
+        plan_server(str(tmp_path / "absent.whl"), "127.0.0.1", timeout=30)
+    with pytest.raises(WheelServeError, match="timeout must be positive"):
+        plan_server(str(wheel), "127.0.0.1", timeout=0)
+
+
+def test_server_running_names_only_the_server_with_its_token(server):
+    assert server_running(server["pid"], server["token"]) is True
+    assert server_running(server["pid"], "another-token") is False
+    assert server_running(os.getpid(), server["token"]) is False
+    stop_server(server["pid"], server["token"])
+    assert _gone(server["pid"]) and server_running(server["pid"], server["token"]) is False

@@ -74,12 +74,68 @@ def test_failed_verdict_fails_with_msg_and_all_figures(tmp_path):
     assert (tmp_path / "gate.md").read_text().startswith("# DFlash acceptance gate: FAILED")
 
 
-def test_check_mode_sends_nothing(tmp_path):
+def test_check_mode_sends_nothing_and_says_what_it_would_do(tmp_path):
     with FakeVLLM() as fake:
         result = run_module(tmp_path, check_mode=True, url=fake.url, model="tiny", report_path=str(tmp_path / "g"))[0]
     assert result["skipped"] is True and result["changed"] is False and result["passed"] is None
     assert (fake.requests, fake.metrics_scrapes) == ([], 0)
     assert list(tmp_path.iterdir()) == [tmp_path / "args.json"]
+    check = result["check"]
+    assert check["url"] == fake.url and check["model"] == "tiny"
+    assert (check["workload"]["requests"], check["workload"]["concurrency"], check["workload"]["max_tokens"]) == (
+        24,
+        4,
+        128,
+    )
+    # the deadline a real run would get: timeout * (ceil(24 / 4) + 3) + settle
+    assert check["deadline"] == 60 * 9 + 5
+    assert check["would_write"] == [str(tmp_path / "g"), str(tmp_path / "g.md")]
+    assert result["msg"].startswith("check mode: would send 24 requests of the workload ")
+    assert f"({result['workload_sha256']}) to {fake.url}, 4 at a time" in result["msg"]
+    assert "mean acceptance length >= 2" in result["msg"] and "at least 50 drafts" in result["msg"]
+    assert "no relative rule (no last good release (baseline_release) given)" in result["msg"]
+
+
+def test_check_mode_predicts_the_workload_rules_and_files_of_a_real_run(tmp_path):
+    results = tmp_path / "gate-results"
+    results.mkdir()
+    baseline = {"schema": 1, "release": "r1", "results": [{"passed": True, "mean_acceptance_length": 3.0}]}
+    (results / "r1.json").write_text(json.dumps(baseline))
+    before = (results / "r1.json").read_text()
+    args = dict(model="tiny", workload=WORKLOAD, workload_source="mix.yml", results_dir=str(results), release="r2",
+                baseline_release="r1", disabled_rules=["throughput"], min_draft_acceptance_rate=0.3)  # fmt: skip
+    with FakeVLLM() as fake:
+        planned = run_module(tmp_path, check_mode=True, url=fake.url + "/v1", **args)[0]
+        validated = run_module(tmp_path, url=fake.url, validate_only=True, **args)[0]
+    assert (fake.requests, fake.metrics_scrapes) == ([], 0)
+    assert planned.get("failed") is not True, planned.get("msg")
+    # the same workload hash a real run would report, and the url as the gate would send to it (no /v1)
+    assert planned["workload_sha256"] == validated["workload_sha256"]
+    assert planned["check"]["url"] == fake.url and planned["check"]["workload"]["source"] == "mix.yml"
+    relative = planned["check"]["relative"]
+    assert relative["baseline_found"] is True and relative["skipped"] is None
+    assert relative["rules"] == ["acceptance_length", "position0", "greedy_outputs"]
+    assert "relative rules acceptance_length, position0, greedy_outputs against 'r1'" in planned["msg"]
+    assert "draft acceptance rate >= 0.3" in planned["msg"]
+    assert planned["check"]["would_write"] == [str(results / "r2.json")]
+    assert sorted(p.name for p in results.iterdir()) == ["r1.json"] and (results / "r1.json").read_text() == before
+
+
+def test_check_mode_names_a_missing_baseline_and_refuses_what_a_run_would_refuse(tmp_path):
+    with FakeVLLM() as fake:
+        args = dict(url=fake.url, model="tiny", results_dir=str(tmp_path / "none"), release="r2", baseline_release="r1")
+        missing = run_module(tmp_path, check_mode=True, **args)[0]
+        bad_options = run_module(tmp_path, check_mode=True, url=fake.url, model="tiny", requests=0)[0]
+        (tmp_path / "r1.json").write_text("garbage")
+        corrupt = run_module(tmp_path, check_mode=True, **dict(args, results_dir=str(tmp_path)))[0]
+        bad_url = run_module(tmp_path, check_mode=True, url="ftp://host", model="tiny")[0]
+    assert (fake.requests, fake.metrics_scrapes) == ([], 0)
+    assert missing["skipped"] is True and missing["check"]["relative"]["baseline_found"] is False
+    assert "no passed result of the last good release 'r1'" in missing["msg"]
+    assert bad_options["failed"] is True and "requests must be at least 1" in bad_options["msg"]
+    assert corrupt["failed"] is True and "r1.json" in corrupt["msg"] and "repair or remove" in corrupt["msg"]
+    assert bad_url["failed"] is True and "is not an http(s) URL" in bad_url["msg"]
+    assert not (tmp_path / "none").exists()
 
 
 def test_unreachable_server_fails_with_the_url_and_the_fix(tmp_path):

@@ -15,8 +15,8 @@ WORK=/root/sbx
 PREFIX=$WORK/strace-root   # Debian's strace and libunwind, unpacked here and nowhere else
 mkdir -p "$OUT" "$WORK"
 ms() { echo $(( $(date +%s%N) / 1000000 )); }
-step() { local name=$1; shift; local t; t=$(ms); "$@"; local rc=$?
-  echo "{\"step\": \"$name\", \"rc\": $rc, \"ms\": $(( $(ms) - t ))}" >> "$OUT/steps.jsonl"; return $rc; }
+step() { local step_name=$1; shift; local t; t=$(ms); "$@"; local rc=$?
+  echo "{\"step\": \"$step_name\", \"rc\": $rc, \"ms\": $(( $(ms) - t ))}" >> "$OUT/steps.jsonl"; return $rc; }
 # strace runs through the loader with --library-path: LD_LIBRARY_PATH would reach the traced server too.
 STRACE="/lib64/ld-linux-x86-64.so.2 --library-path $PREFIX/usr/lib/x86_64-linux-gnu $PREFIX/usr/bin/strace"
 
@@ -77,8 +77,9 @@ trace_case() {
   mkdir -p /etc/vllm
   cp "$dir/sbx-$case.yaml" "$dir/sbx-$case.env" /etc/vllm/ && chmod 0600 "/etc/vllm/sbx-$case.env"
   # what run_proof.sh passes on: the CUDA variables of the caller, as an operator's vllm_extra_env would
-  for name in LD_LIBRARY_PATH CUDA_HOME CUDA_VISIBLE_DEVICES TRITON_LIBCUDA_PATH; do
-    [ -n "${!name:-}" ] && echo "$name=${!name}" >> "/etc/vllm/sbx-$case.env"
+  local var
+  for var in LD_LIBRARY_PATH CUDA_HOME CUDA_VISIBLE_DEVICES TRITON_LIBCUDA_PATH; do
+    [ -n "${!var:-}" ] && echo "$var=${!var}" >> "/etc/vllm/sbx-$case.env"
   done
   rm -rf "$WORK/$case"
   "$PY" "$SBX/sandbox_trace.py" run "$dir/vllm-sbx-$case.service" --sandbox "$dir/sandbox.json" \

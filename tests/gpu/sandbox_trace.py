@@ -28,6 +28,7 @@ import contextlib
 import fnmatch
 import json
 import os
+import pwd
 import re
 import shlex
 import signal
@@ -58,6 +59,9 @@ _RESULT = re.compile(r"\)\s+=\s+(?P<result>-?\d+|\?|0x[0-9a-f]+)(?:\s+(?P<errno>
 _PATH_CALLS = {"open": 0, "openat": 1, "openat2": 1, "creat": 0}
 _CLONE_CALLS = ("clone", "clone3", "fork", "vfork")
 _STRING = r'"((?:[^"\\]|\\.)*)"'
+# Calls the filter allows but other directives of the unit restrict (RestrictRealtime=, RestrictNamespaces=,
+# LockPersonality=, the device ACL's mknod): their first lines are kept per process, to read the arguments.
+WATCHED = ("sched_setscheduler", "sched_setattr", "unshare", "setns", "personality", "mknod", "mknodat")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -463,13 +467,22 @@ def analyze(
         name = (sample.get("comm") or (proc["names"][-1] if proc["names"] else "") or exe or "?")[:15]
         group = by_name.setdefault(
             name,
-            {"pids": [], "cmdline": sample.get("cmdline", ""), "threads": 0, "syscalls": {}, "denied": {}},
+            {
+                "pids": [],
+                "cmdline": sample.get("cmdline", ""),
+                "threads": 0,
+                "syscalls": {},
+                "denied": {},
+                "watched": {},
+            },
         )
         group["pids"].append(tgid)
         group["threads"] += proc["threads"]
         group["cmdline"] = group["cmdline"] or sample.get("cmdline", "")
         for call, count in proc["calls"].items():
             group["syscalls"][call] = group["syscalls"].get(call, 0) + count
+            if call in WATCHED:
+                group["watched"][call] = (group["watched"].get(call, []) + proc["examples"][call])[:3]
             if syscall_denied(call, sandbox):
                 slot = group["denied"].setdefault(call, {"count": 0, "examples": []})
                 slot["count"] += count
@@ -548,10 +561,30 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     log = os.path.join(args.work, "server.log")
     argv = [unit_exec.move_in_text(arg, args.state_root) for arg in unit_exec.exec_start(settings)]
     env = unit_exec.service_environment(settings, args.state_root)
-    unit_exec.create_directories(settings, args.state_root)
+    made = unit_exec.create_directories(settings, args.state_root)
+    if args.user:
+        # User=: systemd hands the unit's State/Cache/LogsDirectory= to that user before the start
+        account = pwd.getpwnam(args.user)
+        for path in made:
+            os.chown(path, account.pw_uid, account.pw_gid)
     cwd = unit_exec.move(unit_exec.last(settings, "WorkingDirectory", "/") or "/", args.state_root)
     os.makedirs(cwd, exist_ok=True)
-    command = [*shlex.split(args.strace), "-f", "-ff", "-qq", "-s", "48", "-e", "trace=all", "-o", prefix, "--", *argv]
+    as_user = ["-u", args.user] if args.user else []  # strace runs the server as User= (and stays root)
+    command = [
+        *shlex.split(args.strace),
+        *as_user,
+        "-f",
+        "-ff",
+        "-qq",
+        "-s",
+        "48",
+        "-e",
+        "trace=all",
+        "-o",
+        prefix,
+        "--",
+        *argv,
+    ]
     result: Dict[str, Any] = {"command": command, "env": unit_exec.masked(env), "started_at": time.time()}
     started = time.time()
     with open(log, "ab") as out:
@@ -673,6 +706,7 @@ def main(argv: Optional[Iterable[str]] = None) -> int:
     go.add_argument("--work", required=True)
     go.add_argument("--out", required=True)
     go.add_argument("--state-root", default="")
+    go.add_argument("--user", default="", help="run the server as this user, as User= would (strace -u)")
     go.add_argument("--host", default="127.0.0.1")
     go.add_argument("--port", type=int, default=8000)
     go.add_argument("--model", default="tiny")

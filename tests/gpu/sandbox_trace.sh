@@ -100,7 +100,8 @@ trace_as_user() {
       echo "vllm:x:990:990::/nonexistent:/usr/sbin/nologin" >> /etc/passwd; echo "vllm:x:990:" >> /etc/group; }
   fi
   mkdir -p /srv/sbx/hf-home && chmod 0755 /srv/sbx && chown vllm:vllm /srv/sbx/hf-home || return 1
-  [ -d /srv/sbx/models ] || cp -a /root/models /srv/sbx/models || return 1
+  # mkmodel.py's safetensors are 0600 root: the copy dereferences and opens them to all, as a staged model is
+  [ -d /srv/sbx/models ] || { cp -rL /root/models /srv/sbx/models && chmod -R a+rX /srv/sbx/models; } || return 1
   trace_case eager eager-user "$SBX/render-srv/eager" vllm /srv/sbx/state
 }
 

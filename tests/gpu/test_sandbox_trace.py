@@ -210,3 +210,19 @@ def test_the_cli_writes_the_same_summary(sandbox, tmp_path):
     summary = json.loads(out.read_text())
     assert summary["checks"]["syscalls"]["denied_seen"]["fchown"]["count"] == 1
     assert summary["checks"]["socket_families"]["denied_seen"] == ["AF_PACKET"]
+
+
+def test_watched_calls_keep_their_lines_and_stay_allowed(sandbox, tmp_path):
+    # A thread of the engine core as strace -ff writes it: the policy argument is what RestrictRealtime= sees.
+    (tmp_path / "trace.700").write_text(
+        'prctl(PR_SET_NAME, "VLLM::EngineCor") = 0\n'
+        "sched_setscheduler(701, SCHED_OTHER, [0]) = 0\n"
+        "unshare(CLONE_NEWUSER)                  = -1 EPERM (Operation not permitted)\n"
+        "personality(0xffffffff)                 = 0 (PER_LINUX)\n"
+    )
+    result = sandbox_trace.analyze(str(tmp_path / "trace"), None, sandbox, PROC_DEVICES, node=node)
+    core = result["by_process"]["VLLM::EngineCor"]
+    assert core["watched"]["sched_setscheduler"] == ["sched_setscheduler(701, SCHED_OTHER, [0]) = 0"]
+    assert core["watched"]["unshare"][0].startswith("unshare(CLONE_NEWUSER)")
+    assert set(core["watched"]) == {"sched_setscheduler", "unshare", "personality"}
+    assert result["checks"]["syscalls"]["ok"] is True  # the filter allows all three; other directives judge them

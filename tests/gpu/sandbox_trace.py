@@ -28,6 +28,7 @@ import contextlib
 import fnmatch
 import json
 import os
+import pwd
 import re
 import shlex
 import signal
@@ -58,6 +59,9 @@ _RESULT = re.compile(r"\)\s+=\s+(?P<result>-?\d+|\?|0x[0-9a-f]+)(?:\s+(?P<errno>
 _PATH_CALLS = {"open": 0, "openat": 1, "openat2": 1, "creat": 0}
 _CLONE_CALLS = ("clone", "clone3", "fork", "vfork")
 _STRING = r'"((?:[^"\\]|\\.)*)"'
+# Calls the filter allows but other directives of the unit restrict (RestrictRealtime=, RestrictNamespaces=,
+# LockPersonality=, the device ACL's mknod): their first lines are kept per process, to read the arguments.
+WATCHED = ("sched_setscheduler", "sched_setattr", "unshare", "setns", "personality", "mknod", "mknodat")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -327,9 +331,10 @@ def session_members(sid: int) -> List[int]:
 # (3) Device nodes against DeviceAllow=
 
 
-def char_majors(proc_devices: str) -> Dict[str, Dict[int, str]]:
-    """/proc/devices -> {"char": {major: name}, "block": {...}}."""
-    out: Dict[str, Dict[int, str]] = {"char": {}, "block": {}}
+def char_majors(proc_devices: str) -> Dict[str, Dict[int, List[str]]]:
+    """/proc/devices -> {"char": {major: [names]}, "block": {...}}: a major can have several lines (the
+    NVIDIA driver's 195 is both "nvidia" and "nvidiactl"), and systemd matches each line on its own."""
+    out: Dict[str, Dict[int, List[str]]] = {"char": {}, "block": {}}
     kind = ""
     for line in proc_devices.splitlines():
         if line.startswith("Character devices"):
@@ -339,12 +344,14 @@ def char_majors(proc_devices: str) -> Dict[str, Dict[int, str]]:
         else:
             parts = line.split()
             if kind and len(parts) == 2 and parts[0].isdigit():
-                out[kind][int(parts[0])] = parts[1]
+                out[kind].setdefault(int(parts[0]), []).append(parts[1])
     return out
 
 
-def node_info(path: str, majors: Dict[str, Dict[int, str]]) -> Dict[str, Any]:
-    """What a /dev path is: a char or block device (major, minor, driver) or something the ACL ignores."""
+def node_info(path: str, majors: Dict[str, Dict[int, List[str]]]) -> Dict[str, Any]:
+    """What a /dev path is: a char or block device (major, minor, drivers) or something the ACL ignores."""
+    if path.endswith(" (deleted)"):
+        return {"kind": "deleted"}  # a shared anonymous or unlinked mapping ("/dev/zero (deleted)"): no node
     try:
         st = os.stat(path)
     except OSError as exc:
@@ -352,16 +359,17 @@ def node_info(path: str, majors: Dict[str, Dict[int, str]]) -> Dict[str, Any]:
     if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
         kind = "char" if stat.S_ISCHR(st.st_mode) else "block"
         major, minor = os.major(st.st_rdev), os.minor(st.st_rdev)
-        return {"kind": kind, "major": major, "minor": minor, "driver": majors[kind].get(major, "")}
+        return {"kind": kind, "major": major, "minor": minor, "drivers": majors[kind].get(major, [])}
     return {"kind": "not-a-device"}  # /dev/shm files, sockets: the device ACL does not see them
 
 
-def device_allowed(path: str, info: Dict[str, Any], sandbox: Dict[str, Any], resolve: Any = None) -> Optional[str]:
+def device_allowed(info: Dict[str, Any], sandbox: Dict[str, Any], resolve: Any) -> Optional[str]:
     """The DeviceAllow= entry (or the closed policy's pseudo device) that lets the unit open this node;
-    None when none does. Nodes that are no device are always allowed ('not a device')."""
+    None when none does. As systemd (src/core/bpf-devices.c) reads them: a path is stat()ed (no globbing:
+    a missing path is skipped), "char-NAME" is fnmatch()ed against each /proc/devices line of that kind,
+    "char-*" is every char device and "char-N" major N. Anything that is no device node is not filtered."""
     if info["kind"] not in ("char", "block"):
         return "not a device"
-    resolve = resolve or (lambda p: node_info(p, {"char": {}, "block": {}}))
     entries = list(sandbox["device_allow"])
     if sandbox["device_policy"] == "closed":
         entries += list(CLOSED_POLICY_PATHS) + list(CLOSED_POLICY_CLASSES)
@@ -370,14 +378,47 @@ def device_allowed(path: str, info: Dict[str, Any], sandbox: Dict[str, Any], res
     for entry in entries:
         if entry.startswith("/dev/"):
             other = resolve(entry)
-            if other.get("kind") == info["kind"] and (other.get("major"), other.get("minor")) == (
-                info["major"],
-                info["minor"],
-            ):
+            same = (other.get("major"), other.get("minor")) == (info["major"], info["minor"])
+            if other.get("kind") == info["kind"] and same:
                 return entry
-        elif entry.startswith(f"{info['kind']}-") and fnmatch.fnmatchcase(info["driver"], entry.split("-", 1)[1]):
-            return entry
+        elif entry.startswith(f"{info['kind']}-"):
+            name = entry.split("-", 1)[1]
+            if name == "*" or (name.isdigit() and int(name) == info["major"]):
+                return entry
+            if any(fnmatch.fnmatchcase(driver, name) for driver in info.get("drivers", [])):
+                return entry
     return None
+
+
+def device_check(devices: Dict[str, Dict[str, Any]], sandbox: Dict[str, Any], resolve: Any) -> Dict[str, Any]:
+    """Each node seen, with the entry that allows it; the verdict: no node the unit may not open was had.
+    A node matters when a process had it (open succeeded, fd or mapping); a failed open (ENOENT: not on
+    this host) is listed but is no finding."""
+    for entry in devices.values():
+        entry["allowed_by"] = device_allowed(entry, sandbox, resolve)
+    refused = {
+        path: entry
+        for path, entry in sorted(devices.items())
+        if entry["allowed_by"] is None
+        and any(how in ("fd", "mapped", "opened:fd") for hows in entry["how"].values() for how in hows)
+    }
+    return {"ok": not refused, "seen": dict(sorted(devices.items())), "denied_held": refused}
+
+
+def recheck(summary: Dict[str, Any], sandbox: Dict[str, Any]) -> Dict[str, Any]:
+    """The devices check of a `run` summary again, for another DeviceAllow= (a proposed fix): from the
+    nodes and /proc/devices it recorded on the GPU host, without the host."""
+    majors = char_majors(summary.get("proc_devices", ""))
+    devices = {path: dict(entry) for path, entry in summary["analysis"]["checks"]["devices"]["seen"].items()}
+    for path, entry in devices.items():
+        if path.endswith(" (deleted)"):
+            entry["kind"] = "deleted"
+        if entry.get("kind") in ("char", "block"):
+            entry["drivers"] = majors[entry["kind"]].get(entry["major"], [])
+            entry.pop("driver", None)
+    nodes = dict(devices)
+    nodes.update(summary.get("nodes", {}))
+    return device_check(devices, sandbox, lambda path: nodes.get(path, {"kind": "absent"}))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -426,13 +467,22 @@ def analyze(
         name = (sample.get("comm") or (proc["names"][-1] if proc["names"] else "") or exe or "?")[:15]
         group = by_name.setdefault(
             name,
-            {"pids": [], "cmdline": sample.get("cmdline", ""), "threads": 0, "syscalls": {}, "denied": {}},
+            {
+                "pids": [],
+                "cmdline": sample.get("cmdline", ""),
+                "threads": 0,
+                "syscalls": {},
+                "denied": {},
+                "watched": {},
+            },
         )
         group["pids"].append(tgid)
         group["threads"] += proc["threads"]
         group["cmdline"] = group["cmdline"] or sample.get("cmdline", "")
         for call, count in proc["calls"].items():
             group["syscalls"][call] = group["syscalls"].get(call, 0) + count
+            if call in WATCHED:
+                group["watched"][call] = (group["watched"].get(call, []) + proc["examples"][call])[:3]
             if syscall_denied(call, sandbox):
                 slot = group["denied"].setdefault(call, {"count": 0, "examples": []})
                 slot["count"] += count
@@ -453,27 +503,12 @@ def analyze(
         held += [(path, "fd") for path in sorted(sample.get("fds", ()))]
         held += [(path, "mapped") for path in sorted(sample.get("maps", ()))]
         for path, how in held:
-            if path not in devices:
-                info = node(path)
-                devices[path] = {
-                    **info,
-                    "allowed_by": device_allowed(path, info, sandbox, node),
-                    "how": {},
-                }
-            hows = devices[path]["how"].setdefault(name, [])
+            hows = devices.setdefault(path, {**node(path), "how": {}})["how"].setdefault(name, [])
             if how not in hows:
                 hows.append(how)
 
     for group in by_name.values():
         group["syscalls"] = dict(sorted(group["syscalls"].items()))
-    # A node the unit may not open matters when a process had it (open succeeded, fd or mapping); a failed
-    # open (ENOENT: not on this host) is listed but is no finding.
-    refused_devices = {
-        path: entry
-        for path, entry in sorted(devices.items())
-        if entry["allowed_by"] is None
-        and any(h == "fd" or h == "mapped" or h == "opened:fd" for hows in entry["how"].values() for h in hows)
-    }
     # RestrictAddressFamilies= filters socket() only; socketpair() families are listed, not judged.
     refused_families = sorted(
         family for family, entry in families.items() if entry["calls"].get("socket") and entry["denied"]
@@ -489,11 +524,7 @@ def analyze(
                 "seen": sorted({call for group in by_name.values() for call in group["syscalls"]}),
             },
             "socket_families": {"ok": not refused_families, "seen": families, "denied_seen": refused_families},
-            "devices": {
-                "ok": not refused_devices,
-                "seen": dict(sorted(devices.items())),
-                "denied_held": refused_devices,
-            },
+            "devices": device_check(devices, sandbox, node),
         },
     }
 
@@ -530,10 +561,30 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     log = os.path.join(args.work, "server.log")
     argv = [unit_exec.move_in_text(arg, args.state_root) for arg in unit_exec.exec_start(settings)]
     env = unit_exec.service_environment(settings, args.state_root)
-    unit_exec.create_directories(settings, args.state_root)
+    made = unit_exec.create_directories(settings, args.state_root)
+    if args.user:
+        # User=: systemd hands the unit's State/Cache/LogsDirectory= to that user before the start
+        account = pwd.getpwnam(args.user)
+        for path in made:
+            os.chown(path, account.pw_uid, account.pw_gid)
     cwd = unit_exec.move(unit_exec.last(settings, "WorkingDirectory", "/") or "/", args.state_root)
     os.makedirs(cwd, exist_ok=True)
-    command = [*shlex.split(args.strace), "-f", "-ff", "-qq", "-s", "48", "-e", "trace=all", "-o", prefix, "--", *argv]
+    as_user = ["-u", args.user] if args.user else []  # strace runs the server as User= (and stays root)
+    command = [
+        *shlex.split(args.strace),
+        *as_user,
+        "-f",
+        "-ff",
+        "-qq",
+        "-s",
+        "48",
+        "-e",
+        "trace=all",
+        "-o",
+        prefix,
+        "--",
+        *argv,
+    ]
     result: Dict[str, Any] = {"command": command, "env": unit_exec.masked(env), "started_at": time.time()}
     started = time.time()
     with open(log, "ab") as out:
@@ -600,6 +651,10 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     result["trace_files"] = len(os.listdir(trace_dir))
     result["trace_bytes"] = sum(os.path.getsize(os.path.join(trace_dir, f)) for f in os.listdir(trace_dir))
     result["proc_devices"] = proc_devices
+    # the DeviceAllow= paths as this host has them, so that `recheck` can resolve them without the host
+    majors = char_majors(proc_devices)
+    paths = [entry for entry in sandbox["device_allow"] if entry.startswith("/dev/")] + list(CLOSED_POLICY_PATHS)
+    result["nodes"] = {path: node_info(path, majors) for path in paths}
     result["sandbox"] = {key: value for key, value in sandbox.items() if key not in ("allowed", "denied")}
     result["log_excerpt"] = unit_exec.log_excerpt(log)
     return result
@@ -651,12 +706,18 @@ def main(argv: Optional[Iterable[str]] = None) -> int:
     go.add_argument("--work", required=True)
     go.add_argument("--out", required=True)
     go.add_argument("--state-root", default="")
+    go.add_argument("--user", default="", help="run the server as this user, as User= would (strace -u)")
     go.add_argument("--host", default="127.0.0.1")
     go.add_argument("--port", type=int, default=8000)
     go.add_argument("--model", default="tiny")
     go.add_argument("--timeout", type=float, default=400.0, help="seconds to wait for /health")
     go.add_argument("--requests", type=int, default=5)
     go.add_argument("--max-tokens", type=int, default=32)
+    again = sub.add_parser("recheck", help="a run summary's device check again, for another DeviceAllow=")
+    again.add_argument("summary")
+    again.add_argument("--sandbox", required=True)
+    again.add_argument("--allow", action="append", default=[], help="a DeviceAllow= entry to add (repeatable)")
+    again.add_argument("--out")
     look = sub.add_parser("analyze", help="the comparison over a trace folder")
     look.add_argument("--trace", required=True, help="the strace -o prefix (DIR/trace)")
     look.add_argument("--samples")
@@ -689,6 +750,13 @@ def main(argv: Optional[Iterable[str]] = None) -> int:
         return 0 if result["healthy"] else 1
     with open(args.sandbox, encoding="utf-8") as handle:
         sandbox = json.load(handle)
+    if args.command == "recheck":
+        with open(args.summary, encoding="utf-8") as handle:
+            summary = json.load(handle)
+        sandbox["device_allow"] = sandbox["device_allow"] + args.allow
+        checked = recheck(summary, sandbox)
+        _dump({"device_allow": sandbox["device_allow"], "devices": checked}, args.out)
+        return 0 if checked["ok"] else 1
     proc_devices = ""
     if args.proc_devices and os.path.exists(args.proc_devices):
         with open(args.proc_devices, encoding="utf-8") as handle:

@@ -2,6 +2,7 @@
 # Issue 26 item 3, GPU-host side: trace one vLLM start from the rendered unit (sandbox_trace.py run) per case.
 #   bash sandbox_trace.sh setup              # strace from the carried .deb files, vLLM tree, models, release
 #   bash sandbox_trace.sh eager|compiled ... # one traced start per case (after setup)
+#   bash sandbox_trace.sh eager-user         # the eager case as User=vllm (render-srv/: paths outside /root)
 # Env: SBX (the carried folder: sandbox_trace.py, unit_exec.py, mkmodel.py, make_release.py, debs/,
 # render/<case>/), OUT (what comes back), CHUNKS (/root/w: site.part.*), SITE (/tmp/site),
 # PY (/opt/torch/.venv/bin/python3), WAIT_<case> (seconds to wait for /health).
@@ -15,8 +16,8 @@ WORK=/root/sbx
 PREFIX=$WORK/strace-root   # Debian's strace and libunwind, unpacked here and nowhere else
 mkdir -p "$OUT" "$WORK"
 ms() { echo $(( $(date +%s%N) / 1000000 )); }
-step() { local name=$1; shift; local t; t=$(ms); "$@"; local rc=$?
-  echo "{\"step\": \"$name\", \"rc\": $rc, \"ms\": $(( $(ms) - t ))}" >> "$OUT/steps.jsonl"; return $rc; }
+step() { local step_name=$1; shift; local t; t=$(ms); "$@"; local rc=$?
+  echo "{\"step\": \"$step_name\", \"rc\": $rc, \"ms\": $(( $(ms) - t ))}" >> "$OUT/steps.jsonl"; return $rc; }
 # strace runs through the loader with --library-path: LD_LIBRARY_PATH would reach the traced server too.
 STRACE="/lib64/ld-linux-x86-64.so.2 --library-path $PREFIX/usr/lib/x86_64-linux-gnu $PREFIX/usr/bin/strace"
 
@@ -72,21 +73,36 @@ host_facts() {
   } > "$OUT/host.txt" 2>&1
 }
 
+# trace_case CASE [LABEL RENDER_DIR USER STATE_ROOT]: one traced start of render/<CASE>/'s unit
 trace_case() {
-  local case=$1 dir="$SBX/render/$1" wait_var="WAIT_$1"
+  local case=$1 label=${2:-$1} dir=${3:-$SBX/render/$1} user=${4:-} state=${5:-$WORK/state} wait_var="WAIT_$1"
   mkdir -p /etc/vllm
   cp "$dir/sbx-$case.yaml" "$dir/sbx-$case.env" /etc/vllm/ && chmod 0600 "/etc/vllm/sbx-$case.env"
   # what run_proof.sh passes on: the CUDA variables of the caller, as an operator's vllm_extra_env would
-  for name in LD_LIBRARY_PATH CUDA_HOME CUDA_VISIBLE_DEVICES TRITON_LIBCUDA_PATH; do
-    [ -n "${!name:-}" ] && echo "$name=${!name}" >> "/etc/vllm/sbx-$case.env"
+  local var
+  for var in LD_LIBRARY_PATH CUDA_HOME CUDA_VISIBLE_DEVICES TRITON_LIBCUDA_PATH; do
+    [ -n "${!var:-}" ] && echo "$var=${!var}" >> "/etc/vllm/sbx-$case.env"
   done
-  rm -rf "$WORK/$case"
+  rm -rf "${WORK:?}/$label"
   "$PY" "$SBX/sandbox_trace.py" run "$dir/vllm-sbx-$case.service" --sandbox "$dir/sandbox.json" \
-    --strace "$STRACE" --work "$WORK/$case" --out "$OUT/summary-$case.json" --state-root "$WORK/state" \
-    --timeout "${!wait_var:-420}"
+    --strace "$STRACE" --work "$WORK/$label" --out "$OUT/summary-$label.json" --state-root "$state" \
+    --timeout "${!wait_var:-420}" ${user:+--user "$user"}
   local rc=$?
-  tail -c 400000 "$WORK/$case/server.log" > "$OUT/server-$case.log" 2>/dev/null
+  tail -c 400000 "$WORK/$label/server.log" > "$OUT/server-$label.log" 2>/dev/null
   return $rc
+}
+
+# The eager case as User=vllm (strace -u): everything it reads or writes lives outside /root (0700),
+# rendered with sandbox_models=/srv/sbx/models and sandbox_hf_home=/srv/sbx/hf-home into render-srv/.
+trace_as_user() {
+  if ! id vllm >/dev/null 2>&1; then
+    useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin vllm 2>/dev/null || {
+      echo "vllm:x:990:990::/nonexistent:/usr/sbin/nologin" >> /etc/passwd; echo "vllm:x:990:" >> /etc/group; }
+  fi
+  mkdir -p /srv/sbx/hf-home && chmod 0755 /srv/sbx && chown vllm:vllm /srv/sbx/hf-home || return 1
+  # mkmodel.py's safetensors are 0600 root: the copy dereferences and opens them to all, as a staged model is
+  [ -d /srv/sbx/models ] || { cp -rL /root/models /srv/sbx/models && chmod -R a+rX /srv/sbx/models; } || return 1
+  trace_case eager eager-user "$SBX/render-srv/eager" vllm /srv/sbx/state
 }
 
 for what in "$@"; do
@@ -95,6 +111,7 @@ for what in "$@"; do
              && step release make_release || { echo "setup failed"; cat "$OUT/steps.jsonl"; exit 2; } ;;
     debs) step debs unpack_debs && step facts host_facts || exit 2 ;;
     eager|compiled) step "trace-$what" trace_case "$what" ;;
+    eager-user) step "trace-eager-user" trace_as_user ;;
     *) echo "unknown step $what"; exit 2 ;;
   esac
 done

@@ -25,28 +25,35 @@ import sandbox_trace  # noqa: E402
 FIXTURES = os.path.join(HERE, "fixtures", "sandbox-trace")
 PREFIX = os.path.join(FIXTURES, "trace")
 MAIN, THREAD, CHILD = 6545, 6546, 6547
+# /proc/devices and the nodes as the lent H200 (driver 580.159.04) has them (host.txt of 2026-12-02): major
+# 195 is "nvidia" and "nvidiactl" there, not "nvidia-frontend".
 PROC_DEVICES = """Character devices:
   1 mem
-195 nvidia-frontend
-236 nvidia-caps
-508 nvidia-uvm
+136 pts
+195 nvidia
+195 nvidiactl
+238 nvidia-uvm
+241 nvidia-caps
+242 nvidia-caps-imex-channels
 
 Block devices:
 259 blkext
 """
-# The H200's nodes (as `ls -la /dev/nvidia*` shows them there): the test does not need them to exist here.
+MAJORS = sandbox_trace.char_majors(PROC_DEVICES)["char"]
 NODES = {
-    "/dev/null": {"kind": "char", "major": 1, "minor": 3, "driver": "mem"},
-    "/dev/nvidiactl": {"kind": "char", "major": 195, "minor": 255, "driver": "nvidia-frontend"},
-    "/dev/nvidia0": {"kind": "char", "major": 195, "minor": 0, "driver": "nvidia-frontend"},
-    "/dev/nvidia-uvm": {"kind": "char", "major": 508, "minor": 0, "driver": "nvidia-uvm"},
-    "/dev/nvidia-caps/nvidia-cap1": {"kind": "char", "major": 236, "minor": 1, "driver": "nvidia-caps"},
-    "/dev/shm/torch_1": {"kind": "not-a-device"},
+    "/dev/null": (1, 3),
+    "/dev/nvidiactl": (195, 255),
+    "/dev/nvidia0": (195, 0),
+    "/dev/nvidia-uvm": (238, 0),
+    "/dev/nvidia-caps/nvidia-cap1": (241, 1),
 }
 
 
 def node(path: str) -> Dict[str, Any]:
-    return NODES.get(path, {"kind": "absent"})
+    if path in NODES:
+        major, minor = NODES[path]
+        return {"kind": "char", "major": major, "minor": minor, "drivers": MAJORS.get(major, [])}
+    return {"kind": "not-a-device"} if path.startswith("/dev/shm/") else {"kind": "absent"}
 
 
 @pytest.fixture(name="sandbox")
@@ -127,11 +134,12 @@ def test_the_comparison_finds_the_refused_call_family_and_device(sandbox, tmp_pa
     assert families["seen"]["AF_INET6"]["denied"] is False and families["seen"]["AF_INET6"]["processes"] == ["sbx-main"]
 
     devices = checks["devices"]
-    assert devices["ok"] is False and list(devices["denied_held"]) == ["/dev/nvidia-caps/nvidia-cap1"]
+    # the GPU node is mapped and the caps node held; on this driver char-nvidia-frontend matches no major
+    assert devices["ok"] is False and list(devices["denied_held"]) == ["/dev/nvidia-caps/nvidia-cap1", "/dev/nvidia0"]
     seen = devices["seen"]
+    assert seen["/dev/nvidia0"]["allowed_by"] is None and seen["/dev/nvidia0"]["drivers"] == ["nvidia", "nvidiactl"]
     assert seen["/dev/nvidia-caps/nvidia-cap1"]["how"] == {"sbx-main": ["opened:ENOENT", "fd"]}
     assert seen["/dev/nvidiactl"]["allowed_by"] == "/dev/nvidiactl"
-    assert seen["/dev/nvidia0"]["allowed_by"] == "char-nvidia-frontend"
     assert seen["/dev/null"]["allowed_by"] == "/dev/null"  # DevicePolicy=closed's own pseudo devices
     assert seen["/dev/shm/torch_1"]["allowed_by"] == "not a device"
 
@@ -144,13 +152,51 @@ def test_a_failed_open_of_a_missing_node_is_no_finding(sandbox):
     assert devices["seen"]["/dev/nvidia-caps/nvidia-cap1"]["allowed_by"] is None
 
 
-def test_allowing_the_caps_nodes_clears_the_device_finding(sandbox, tmp_path):
+def held_sample(tmp_path, *paths: str) -> str:
     samples = tmp_path / "samples.jsonl"
-    samples.write_text(json.dumps({"pid": MAIN, "comm": "sbx-main", "fds": ["/dev/nvidia-caps/nvidia-cap1"]}) + "\n")
-    sandbox["device_allow"].append("char-nvidia-caps")
-    result = sandbox_trace.analyze(PREFIX, str(samples), sandbox, PROC_DEVICES, node=node)
-    assert result["checks"]["devices"]["ok"] is True
-    assert result["checks"]["devices"]["seen"]["/dev/nvidia-caps/nvidia-cap1"]["allowed_by"] == "char-nvidia-caps"
+    samples.write_text(json.dumps({"pid": MAIN, "comm": "sbx-main", "fds": list(paths)}) + "\n")
+    return str(samples)
+
+
+def test_the_fix_clears_the_device_findings(sandbox, tmp_path):
+    samples = held_sample(tmp_path, "/dev/nvidia0", "/dev/nvidia-caps/nvidia-cap1")
+    sandbox["device_allow"] += ["char-nvidia", "char-nvidia-caps"]
+    devices = sandbox_trace.analyze(PREFIX, samples, sandbox, PROC_DEVICES, node=node)["checks"]["devices"]
+    assert devices["ok"] is True
+    assert devices["seen"]["/dev/nvidia0"]["allowed_by"] == "char-nvidia"
+    assert devices["seen"]["/dev/nvidia-caps/nvidia-cap1"]["allowed_by"] == "char-nvidia-caps"
+
+
+@pytest.mark.parametrize(
+    ("entry", "allowed"),
+    [
+        ("/dev/nvidia-caps/*", False),  # systemd stat()s a path: no globbing, a missing path is skipped
+        ("/dev/nvidia-caps/nvidia-cap1", True),
+        ("char-nvidia-caps", True),
+        ("char-nvidia-caps-imex-channels", False),  # another line of /proc/devices
+        ("char-nvidia*", True),  # fnmatch, as systemd does: also nvidia-caps-imex-channels and the rest
+        ("char-241", True),  # a major by number
+        ("block-nvidia-caps", False),
+    ],
+)
+def test_device_allow_entries_match_as_systemd_reads_them(sandbox, entry, allowed):
+    sandbox["device_allow"] = [entry]
+    info = node("/dev/nvidia-caps/nvidia-cap1")
+    assert (sandbox_trace.device_allowed(info, sandbox, node) == entry) is allowed
+
+
+def test_an_older_driver_names_major_195_nvidia_frontend(sandbox):
+    info = {"kind": "char", "major": 195, "minor": 0, "drivers": ["nvidia-frontend"]}
+    assert sandbox_trace.device_allowed(info, sandbox, node) == "char-nvidia-frontend"
+
+
+def test_recheck_judges_a_recorded_summary_with_another_device_allow(sandbox, tmp_path):
+    samples = held_sample(tmp_path, "/dev/nvidia0", "/dev/nvidia-caps/nvidia-cap1")
+    analysis = sandbox_trace.analyze(PREFIX, samples, sandbox, PROC_DEVICES, node=node)
+    summary = {"analysis": analysis, "proc_devices": PROC_DEVICES}
+    assert sandbox_trace.recheck(summary, sandbox)["ok"] is False
+    sandbox["device_allow"] += ["char-nvidia", "char-nvidia-caps"]
+    assert sandbox_trace.recheck(summary, sandbox)["ok"] is True
 
 
 def test_the_cli_writes_the_same_summary(sandbox, tmp_path):
@@ -164,3 +210,19 @@ def test_the_cli_writes_the_same_summary(sandbox, tmp_path):
     summary = json.loads(out.read_text())
     assert summary["checks"]["syscalls"]["denied_seen"]["fchown"]["count"] == 1
     assert summary["checks"]["socket_families"]["denied_seen"] == ["AF_PACKET"]
+
+
+def test_watched_calls_keep_their_lines_and_stay_allowed(sandbox, tmp_path):
+    # A thread of the engine core as strace -ff writes it: the policy argument is what RestrictRealtime= sees.
+    (tmp_path / "trace.700").write_text(
+        'prctl(PR_SET_NAME, "VLLM::EngineCor") = 0\n'
+        "sched_setscheduler(701, SCHED_OTHER, [0]) = 0\n"
+        "unshare(CLONE_NEWUSER)                  = -1 EPERM (Operation not permitted)\n"
+        "personality(0xffffffff)                 = 0 (PER_LINUX)\n"
+    )
+    result = sandbox_trace.analyze(str(tmp_path / "trace"), None, sandbox, PROC_DEVICES, node=node)
+    core = result["by_process"]["VLLM::EngineCor"]
+    assert core["watched"]["sched_setscheduler"] == ["sched_setscheduler(701, SCHED_OTHER, [0]) = 0"]
+    assert core["watched"]["unshare"][0].startswith("unshare(CLONE_NEWUSER)")
+    assert set(core["watched"]) == {"sched_setscheduler", "unshare", "personality"}
+    assert result["checks"]["syscalls"]["ok"] is True  # the filter allows all three; other directives judge them

@@ -17,6 +17,7 @@ import pytest
 from ansible_collections.vllm_ops.dflash.plugins.module_utils import _build
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build import BuildError, BuildOptions, build
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_options import OptionError
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._drift import detect_drift
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._facts import gather_facts
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._release_install import commit_of_version_file
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._releases import RELEASE_NAME, run_action
@@ -254,3 +255,17 @@ def test_the_release_wheel_installs_without_an_index(tmp_path, index):
     manifest = manifest_of(root, result["release_name"])
     assert manifest["source"] == "release" and manifest["wheel"]["path"] == str(wheel)
     assert manifest["inputs"]["wheel_sha256"] == manifest["wheel"]["sha256"] and result["commit"] == COMMIT
+
+
+@SLOW
+def test_the_drift_look_names_the_same_release_without_git(tmp_path, index, monkeypatch):
+    root = tmp_path / "opt-vllm"
+    name = build(release(root, index))["release_name"]
+    run_action(str(root), "activate", release=name)
+    run_action(str(root), "mark_good", release=name)
+    no_git(monkeypatch)
+    look = detect_drift(release(root, index))
+    assert look["unchanged"] and look["release_name"] == name and look["commit"] == COMMIT
+    bump = detect_drift(release(root, index, "0.31.0"))
+    assert not bump["unchanged"] and bump["release_name"].startswith("vllm-0.31.0-")
+    assert bump["reasons"][0].startswith(f"{bump['release_name']} is not built here: would install vllm==0.31.0")

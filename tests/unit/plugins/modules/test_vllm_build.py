@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from ansible_collections.vllm_ops.dflash.tests.helpers import module_runner
+from ansible_collections.vllm_ops.dflash.tests.helpers.fake_wheel import make_release_wheel
 from ansible_collections.vllm_ops.dflash.tests.helpers.tiny_repo import installed_version, make_tiny_repo
 
 RETURNS = {"commit", "requested_ref", "release", "release_name", "built", "wheel", "wheel_sha256", "log_path"}
@@ -116,3 +117,25 @@ def test_secrets_in_pip_args_and_build_env_never_reach_the_output(tiny, tmp_path
         if path.is_file() and path.suffix in (".json", ".log"):
             text = path.read_text(errors="replace")
             assert token not in text and hf not in text, path
+
+
+def test_a_release_needs_no_repo_or_ref_and_a_missing_version_names_the_index(tmp_path):
+    """As Ansible runs it: `version` alone is valid input (repo/ref are not required), and a version the
+    index lacks fails with the index and the fix in msg."""
+    index = tmp_path / "index"
+    make_release_wheel(index, "0.32.0", "g3cfc8f8b7")
+    args = {"version": "0.32.0", "root": str(tmp_path / "root"), "python": sys.executable, "installer": "pip"}
+    args["pip_args"] = ["--no-index", "--find-links", str(index)]
+    first = run_module(tmp_path, **args)
+    assert "failed" not in first, first.get("msg")
+    assert (first["changed"], first["source"], first["version"], first["commit"]) == (
+        True,
+        "release",
+        "0.32.0",
+        "3cfc8f8b7",
+    )
+    assert first["requested_ref"] is None and first["release_name"].startswith("vllm-0.32.0-")
+    missing = run_module(tmp_path, **dict(args, version="0.33.0"))
+    assert missing["failed"] and missing["version"] == "0.33.0"
+    assert missing["msg"].startswith(f"vllm==0.33.0 is not on the index {index} (--no-index): pick a released")
+    assert not (tmp_path / "root" / "current").exists()

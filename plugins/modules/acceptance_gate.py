@@ -37,7 +37,7 @@ attributes:
       - In check mode no traffic is sent and nothing is written. The checks that need no traffic still run
         and fail as a real run would (the options, the url, the O(workload), the last good release's result in
         O(results_dir)); then the task is reported as skipped with RV(passed=null), no figures (a verdict needs
-        real traffic), and RV(check) and RV(msg) say what it would send, to where, which thresholds and
+        real traffic), and RV(check) and C(msg) say what it would send, to where, which thresholds and
         relative rules it would judge by, and which files it would write.
   diff_mode:
     support: none

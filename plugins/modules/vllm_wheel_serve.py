@@ -26,7 +26,7 @@ attributes:
     details:
       - In check mode no server starts and none is stopped. O(state=started) runs the checks a start does
         first (O(path) is a file, O(timeout), a bind of O(address) released at once) and returns what it would
-        serve (RV(path), RV(size), RV(address), RV(timeout)) with RV(changed=true) and no RV(url), RV(port),
+        serve (RV(path), RV(size), RV(address), RV(timeout)) with C(changed=true) and no RV(url), RV(port),
         RV(pid) or RV(token); O(state=stopped) says in RV(stopped) whether it would stop a running server.
       - A play whose clients must reach the server in check mode too (a HEAD request of
         M(ansible.builtin.get_url)) sets the task keyword C(check_mode) to V(false) on the start and the stop
@@ -36,8 +36,8 @@ attributes:
   idempotent:
     support: none
     details:
-      - Every O(state=started) starts another server, on another port and token, and reports RV(changed=true);
-        O(state=stopped) reports RV(changed=true) when it stopped a running server.
+      - Every O(state=started) starts another server, on another port and token, and reports C(changed=true);
+        O(state=stopped) reports C(changed=true) when it stopped a running server.
 options:
   state:
     description: Whether to start a server or stop the one named by O(pid) and O(token).

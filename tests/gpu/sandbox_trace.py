@@ -735,7 +735,9 @@ def main(argv: Optional[Iterable[str]] = None) -> int:
             filter_text = subprocess.run(
                 ["systemd-analyze", "syscall-filter"], check=True, capture_output=True, text=True
             ).stdout
-            version = subprocess.run(["systemd-analyze", "--version"], capture_output=True, text=True).stdout
+            version = subprocess.run(
+                ["systemd-analyze", "--version"], check=False, capture_output=True, text=True
+            ).stdout
             version = version.splitlines()[0] if version else ""
         _dump(sandbox_from_unit(unit_text, filter_text, version), args.out)
         return 0

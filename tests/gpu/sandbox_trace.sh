@@ -1,4 +1,4 @@
-#!/bin/bash
+#!/usr/bin/env bash
 # Issue 26 item 3, GPU-host side: trace one vLLM start from the rendered unit (sandbox_trace.py run) per case.
 #   bash sandbox_trace.sh setup              # strace from the carried .deb files, vLLM tree, models, release
 #   bash sandbox_trace.sh eager|compiled ... # one traced start per case (after setup)
@@ -107,9 +107,12 @@ trace_as_user() {
 
 for what in "$@"; do
   case $what in
-    setup) step debs unpack_debs && step site unpack_site && step facts host_facts && step models make_models \
-             && step release make_release || { echo "setup failed"; cat "$OUT/steps.jsonl"; exit 2; } ;;
-    debs) step debs unpack_debs && step facts host_facts || exit 2 ;;
+    setup)
+      if ! { step debs unpack_debs && step site unpack_site && step facts host_facts && step models make_models \
+               && step release make_release; }; then
+        echo "setup failed"; cat "$OUT/steps.jsonl"; exit 2
+      fi ;;
+    debs) if ! { step debs unpack_debs && step facts host_facts; }; then exit 2; fi ;;
     eager|compiled) step "trace-$what" trace_case "$what" ;;
     eager-user) step "trace-eager-user" trace_as_user ;;
     *) echo "unknown step $what"; exit 2 ;;

@@ -102,7 +102,7 @@ def role_names(root: Path = ROOT) -> set[str]:
     return found
 
 
-def own_variables(playbook: Path, shared: list[Path] = SHARED_TASKS, root: Path = ROOT) -> set[str]:
+def own_variables(playbook: Path, shared: tuple[Path, ...] = tuple(SHARED_TASKS), root: Path = ROOT) -> set[str]:
     """The dflash_*/vllm_* variables a playbook reads that nothing but the playbook's user defines."""
     documents = [yaml.safe_load(playbook.read_text()), *(yaml.safe_load(path.read_text()) for path in shared)]
     items = [item for document in documents for item in tasks_of(document)]
@@ -149,7 +149,7 @@ DEFAULT_CALL = re.compile(r"\b((?:dflash|vllm)_[a-z0-9_]+) \| default\(((?:[^()]
 def test_the_defaults_the_playbook_applies_are_the_spec_s(playbook, entry):
     options = spec_options(entry)
     applied = DEFAULT_CALL.findall((ROOT / "playbooks" / playbook).read_text())
-    checked = [name for name, _ in applied if name in options and "default" in options[name]]
+    checked = [name for name, _literal in applied if name in options and "default" in options[name]]
     assert checked  # the pattern finds the playbook's defaults at all
     for name, literal in applied:
         if name in options and "default" in options[name]:
@@ -178,7 +178,7 @@ def test_the_check_finds_a_variable_the_playbook_reads_undeclared(tmp_path):
             ]
         )
     )
-    assert own_variables(playbook, shared=[], root=tmp_path) == {"dflash_new_knob", "dflash_per_host"}
+    assert own_variables(playbook, shared=(), root=tmp_path) == {"dflash_new_knob", "dflash_per_host"}
 
 
 def test_each_playbook_checks_its_variables_first():

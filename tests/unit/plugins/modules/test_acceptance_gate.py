@@ -127,7 +127,8 @@ def test_check_mode_names_a_missing_baseline_and_refuses_what_a_run_would_refuse
         missing = run_module(tmp_path, check_mode=True, **args)[0]
         bad_options = run_module(tmp_path, check_mode=True, url=fake.url, model="tiny", requests=0)[0]
         (tmp_path / "r1.json").write_text("garbage")
-        corrupt = run_module(tmp_path, check_mode=True, **dict(args, results_dir=str(tmp_path)))[0]
+        corrupt_args = {**args, "results_dir": str(tmp_path)}
+        corrupt = run_module(tmp_path, check_mode=True, **corrupt_args)[0]
         bad_url = run_module(tmp_path, check_mode=True, url="ftp://host", model="tiny")[0]
     assert (fake.requests, fake.metrics_scrapes) == ([], 0)
     assert missing["skipped"] is True and missing["check"]["relative"]["baseline_found"] is False

@@ -655,3 +655,46 @@ def test_pip_args_credentials_become_netrc_entries_and_leave_the_urls():
         _build._credentials_off_argv(["https://a:1@h.example/s", "https://b:2@h.example/s"])
     with pytest.raises(_build.BuildError, match="cannot be handed over without the command line"):
         _build._credentials_off_argv(["https://a:b%20c@h.example/s"])
+
+
+@pytest.mark.parametrize("installer", ["pip", "uv"])
+def test_pip_and_uv_take_the_pip_args_credentials_from_the_netrc(tmp_path, installer):
+    """The other half of issue 28 case 9's fix: the installers do authenticate with what NETRC holds, so an
+    index URL without its credentials on the argv still gets them (an index that answers 401 without)."""
+    import http.server
+
+    headers = []
+
+    class Index(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            headers.append(self.headers.get("Authorization"))
+            if not self.headers.get("Authorization"):
+                self.send_response(401)
+                self.send_header("WWW-Authenticate", 'Basic realm="index"')
+            else:
+                self.send_response(404)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Index)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://ci:s3cr3t@127.0.0.1:{server.server_address[1]}/simple"
+        args, netrc_text = _build._credentials_off_argv(["--index-url", url])
+        netrc = tmp_path / "netrc"
+        netrc.write_text(netrc_text)
+        env = dict(os.environ, NETRC=str(netrc), PIP_NO_INPUT="1", UV_CACHE_DIR=str(tmp_path / "uv-cache"))
+        if installer == "pip":
+            argv = [sys.executable, "-m", "pip", "download", "--no-deps", "-d", str(tmp_path), *args, "absent-pkg"]
+        else:
+            bin_dir = uv_bin_dir()
+            if bin_dir is None:
+                pytest.skip("no uv binary (could not install it into .cache/uv)")
+            argv = [str(bin_dir / "uv"), "pip", "install", "--dry-run", "--python", sys.executable, *args, "absent-pkg"]
+        subprocess.run(argv, env=env, capture_output=True, timeout=120, check=False)  # absent-pkg: 404, fails
+    finally:
+        server.shutdown()
+    assert "s3cr3t" not in " ".join(argv)
+    assert "Basic " + base64.b64encode(b"ci:s3cr3t").decode() in headers

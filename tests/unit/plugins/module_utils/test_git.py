@@ -286,3 +286,33 @@ def test_credentials_in_the_repo_url_never_reach_gits_argv(monkeypatch):
         capture_output=True, text=True, timeout=30, check=False,
     )  # fmt: skip
     assert "s3cr3t" not in other.stdout  # scoped to the repo's host: another host never gets them
+
+
+def test_git_authenticates_with_the_repo_urls_credentials_from_the_helper():
+    """The other half: a server that asks for credentials (401) gets the URL's, from the helper."""
+    import base64
+    import http.server
+    import threading
+
+    headers = []
+
+    class Smart(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            headers.append(self.headers.get("Authorization"))
+            self.send_response(404 if self.headers.get("Authorization") else 401)
+            if not self.headers.get("Authorization"):
+                self.send_header("WWW-Authenticate", 'Basic realm="git"')
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Smart)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(GitError) as info:
+            resolve_remote(f"http://deploy:s3cr3t-token@127.0.0.1:{server.server_address[1]}/vllm.git", "main", 60)
+    finally:
+        server.shutdown()
+    assert "s3cr3t" not in str(info.value)
+    assert "Basic " + base64.b64encode(b"deploy:s3cr3t-token").decode() in headers

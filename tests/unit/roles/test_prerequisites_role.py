@@ -88,3 +88,12 @@ def test_git_is_not_asked_of_a_host_that_does_not_build(tmp_path):
     assert builds.returncode != 0
     assert "git is missing (a vllm_ref install clones vLLM on the build host)" in " ".join(builds.stdout.split())
     assert installs.returncode == 0, installs.stdout[-3000:]
+    # A release (vllm_version) is installed from its wheel: no clone, no compiler, on the build host too.
+    release = _play(
+        tmp_path,
+        path="/nonexistent",
+        vllm_prerequisites_git=True,
+        vllm_prerequisites_full_build=True,
+        vllm_version="0.33.0",
+    )
+    assert release.returncode == 0, release.stdout[-3000:]

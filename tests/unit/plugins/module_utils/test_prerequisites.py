@@ -182,6 +182,25 @@ def test_observe_reads_this_host(tmp_path):
     )
 
 
+@pytest.mark.parametrize(
+    "line",
+    [
+        "NVRM version: NVIDIA UNIX x86_64 Kernel Module  575.57.08  Sat May 24 07:21:18 UTC 2025",
+        "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  575.57.08  Release Build  (dvs-builder@U16)",
+        "NVRM version: NVIDIA UNIX Open Kernel Module for aarch64  575.57.08  Release Build",
+    ],
+    ids=["proprietary", "open-x86_64", "open-aarch64"],
+)
+def test_observe_reads_the_driver_of_either_kernel_module(tmp_path, line):
+    driver = tmp_path / "version"
+    driver.write_text(line + "\nGCC version:  gcc version 12.3.0\n")
+    assert observe(Need(python=sys.executable, root=str(tmp_path)), driver_path=str(driver)).driver_version == (
+        575,
+        57,
+        8,
+    )
+
+
 def test_observe_sees_a_python_without_ensurepip(tmp_path):
     # A python whose ensurepip import fails, as on Debian without python3.X-venv.
     site = tmp_path / "site"
@@ -194,3 +213,14 @@ def test_observe_sees_a_python_without_ensurepip(tmp_path):
     assert seen.python_version == sys.version_info[:2] and not seen.python_has_venv
     assert observe(Need(python=sys.executable, root=str(tmp_path))).python_has_venv
     assert Path(seen.python) == wrapper
+
+
+def test_core_and_module_are_python38_syntax():
+    # They run on the target's system python (ansible-core 2.18's floor there: 3.8).
+    import ast
+
+    from ansible_collections.vllm_ops.dflash.plugins.module_utils import _prerequisites
+
+    root = Path(_prerequisites.__file__).resolve().parents[2]
+    for path in (Path(_prerequisites.__file__), root / "plugins" / "modules" / "vllm_prerequisites.py"):
+        ast.parse(path.read_text(), feature_version=(3, 8))

@@ -22,7 +22,7 @@ def _snapshot(repo_id: str, revision: str) -> str:
 def test_the_service_serves_the_example_release_after_its_gate():
     assert HOST.service("vllm-default.service").is_running
     state = json.loads(HOST.file("/opt/vllm/state.json").content_string)
-    assert state["current"] and state["current"] == state["last_good"]
+    assert state["current"] and state["releases"][state["current"]]["status"] == "good"
 
 
 def test_both_models_are_staged_at_the_examples_pins_and_served_from_there():

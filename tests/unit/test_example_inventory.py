@@ -2,8 +2,8 @@
 
 ansible-inventory parses it, the playbooks' syntax check passes with it, it stages both models at 40-hex commits
 (the unit serves offline), and the vLLM it names - the release, or its tag - passes the preflight with the seed's
-drafter on that release's own probe snippets and captured capabilities. The molecule scenario `inventory` deploys
-from it (extensions/molecule/inventory).
+drafter on that release's own probe snippets and captured capabilities. The molecule scenario `example` deploys
+from it (extensions/molecule/example).
 """
 
 from __future__ import annotations

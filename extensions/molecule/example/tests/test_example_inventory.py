@@ -41,7 +41,7 @@ def test_both_models_are_staged_at_the_examples_pins_and_served_from_there():
 def test_the_api_key_came_from_the_vault():
     env = HOST.file("/etc/vllm/default.env")
     assert env.mode == 0o600
-    assert "inventory-scenario-key-do-not-print" in env.content_string
+    assert "example-scenario-key-do-not-print" in env.content_string
 
 
 def test_the_gate_identity_names_the_staged_commits():

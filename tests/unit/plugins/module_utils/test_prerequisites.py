@@ -224,3 +224,14 @@ def test_core_and_module_are_python38_syntax():
     root = Path(_prerequisites.__file__).resolve().parents[2]
     for path in (Path(_prerequisites.__file__), root / "plugins" / "modules" / "vllm_prerequisites.py"):
         ast.parse(path.read_text(), feature_version=(3, 8))
+
+
+def test_observe_reads_the_h200s_driver_line(tmp_path):
+    # /proc/driver/nvidia/version's first line on the H200 (2026-12-02): the open kernel module, driver 580.
+    driver = tmp_path / "version"
+    driver.write_text(
+        "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (nixbld@)  \n"
+    )
+    seen = observe(Need(python=sys.executable, root=str(tmp_path)), driver_path=str(driver))
+    assert seen.driver_version == (580, 159, 4)
+    assert problems(Need(cuda="13.0", root=str(tmp_path)), replace(READY, driver_version=seen.driver_version)) == []

@@ -28,7 +28,16 @@ def _play(tmp_path: Path, path: str = "", **variables: Any) -> subprocess.Comple
     play: Dict[str, Any] = {
         "hosts": "localhost",
         "gather_facts": False,
-        "tasks": [{"ansible.builtin.import_role": {"name": "vllm_ops.dflash.vllm_prerequisites"}}],
+        "tasks": [
+            {"ansible.builtin.import_role": {"name": "vllm_ops.dflash.vllm_prerequisites"}},
+            {
+                "ansible.builtin.copy": {
+                    "content": "{{ vllm_prerequisites_result | to_json }}",
+                    "dest": str(tmp_path / "result.json"),
+                    "mode": "0644",
+                }
+            },
+        ],
     }
     if path:
         play["tasks"][0]["environment"] = {"PATH": path}
@@ -57,6 +66,9 @@ def test_a_host_that_has_what_it_needs_passes(tmp_path):
     proc = _play(tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert not (tmp_path / "opt-vllm").exists()  # a check changes nothing
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["problems"] == [] and result["installed"] == []
+    assert result["observed"]["python"] == sys.executable
 
 
 @pytest.mark.parametrize("install", [False, True], ids=["check", "install-then-check"])

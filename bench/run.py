@@ -356,6 +356,9 @@ class Bench:
             "vllm_pip_args": ["--no-index", "--find-links", "/srv/wheelhouse"],
             # The test hosts reach no index: uv is not provisioned there (as in molecule.yml), pip builds.
             "vllm_uv_provision": False,
+            # No GPU on the bench hosts: no driver to check.
+            "vllm_prerequisites_cuda": "",
+            "vllm_prerequisites_min_free_gb": 1,
             "vllm_build_timeout": 600,
             "vllm_build_poll": 2,
             "vllm_build_env": {

@@ -169,6 +169,9 @@ def test_pinned_models_are_staged_and_served_from_their_snapshots(tmp_path):
         "revision": "b" * 40,
         "num_speculative_tokens": 7,  # the preflight read the staged drafter config.json
     }
+    # The staged commits are the role's output, which the gate's identity takes (one pin).
+    result = json.loads((tmp_path / "expected.json.result.json").read_text())
+    assert (result["target_revision"], result["drafter_revision"]) == ("a" * 40, "b" * 40)
     passed = json.loads((tmp_path / "etc" / "default.drafter.json").read_text())["files"]
     assert list(passed) == [str(drafter / "config.json")]
     # The look: the controller knows the snapshot paths of pinned commits, and the record covers every file.

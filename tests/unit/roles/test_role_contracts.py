@@ -108,6 +108,7 @@ OUTPUTS = {
     "dflash_config": {"main": "dflash_config_result", "expected_files": "dflash_config_expected"},
     "vllm_service": {"main": "vllm_service_result", "expected_files": "vllm_service_expected"},
     "dflash_gate": {"main": "dflash_gate_result"},
+    "vllm_prerequisites": {"main": "vllm_prerequisites_result"},
 }
 
 

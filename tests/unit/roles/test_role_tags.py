@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parents[3]
 # The tag of each role; tasks_from: rollback is the rollback's own (and always: the rescue must run it).
 TAGS = {"vllm_install": "install", "dflash_config": "config", "vllm_service": "service", "dflash_gate": "gate"}
 TAGS["dflash_monitoring"] = "monitoring"
+TAGS["vllm_prerequisites"] = "prerequisites"
 FILE_TAGS = {("dflash_gate", "rollback.yml"): "rollback"}
 TASK_FILES = sorted((ROOT / "roles").glob("*/tasks/*.yml"))
 

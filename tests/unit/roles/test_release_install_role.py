@@ -16,7 +16,9 @@ REPO = Path(__file__).resolve().parents[3]
 ROLE = REPO / "roles" / "vllm_install"
 PLAYS = {play["name"]: play for play in yaml.safe_load((REPO / "playbooks" / "deploy_dflash.yml").read_text())}
 BUILD_TASKS = {task["name"]: task for task in PLAYS["Build vLLM once for the fleet"]["tasks"]}
-ROLLOUT_INSTALL = PLAYS["Roll out vLLM with DFlash"]["tasks"][0]["block"][0]
+ROLLOUT_INSTALL = next(
+    task for task in PLAYS["Roll out vLLM with DFlash"]["tasks"] if task["name"] == "Install, configure, serve and gate"
+)["block"][0]
 RELEASE_VARS = {
     "vllm_version": ("version", ""),
     "vllm_package": ("package", "vllm"),

@@ -48,11 +48,15 @@ ROLLBACK = Path(__file__).resolve().parents[3] / "roles" / "dflash_gate" / "task
 GATE_VARS = yaml.safe_load((ROLLBACK.parents[1] / "vars" / "main.yml").read_text())
 
 
-def rescue_decision(current, last_good, fallback="", changed=False, config_differs=False, explicit="", reason="x"):
+def rescue_decision(
+    current, last_good, fallback="", changed=False, config_differs=False, explicit="", reason="x", failed="", gate=False
+):
     facts = {}
     variables = {
         "dflash_gate_rollback_rescue": trust_as_template(GATE_VARS["dflash_gate_rollback_rescue"]),
         "dflash_rollback_reason": reason,
+        "dflash_rollback_failed_release": failed,
+        "dflash_rollback_gate_failed": gate,
         "dflash_gate_state": {"current": current, "last_good": last_good},
         "dflash_rollback_fallback": fallback,
         "dflash_rollback_needed": changed,
@@ -83,6 +87,11 @@ def rescue_decision(current, last_good, fallback="", changed=False, config_diffe
         ({"current": "A", "last_good": "A", "fallback": "A", "config_differs": True}, ("A", True)),
         # no good release anywhere (gates disabled): never stop the server that serves
         ({"current": "A", "last_good": None, "fallback": "A"}, ("A", False)),
+        # no good release on record (state.json moved aside), B served unfinished and its gate failed now:
+        # B is no fallback (issue 28 case 4)
+        ({"current": "B", "last_good": None, "fallback": "B", "failed": "B", "gate": True}, ("", True)),
+        # the same B, but a refusal before its gate: nothing changed, B keeps serving
+        ({"current": "B", "last_good": None, "fallback": "B", "failed": "B"}, ("B", False)),
         # a first deploy: nothing served before, this run activated B
         ({"current": "B", "last_good": None, "fallback": "", "changed": True}, ("", True)),
         ({"current": "B", "last_good": "A", "explicit": "C"}, ("C", True)),
@@ -96,6 +105,8 @@ def rescue_decision(current, last_good, fallback="", changed=False, config_diffe
         "refused",
         "config-of-a-dead-run",
         "no-gates",
+        "no-good-release-gate-failed",
+        "no-good-release-refused",
         "first",
         "explicit",
         "operator",

@@ -213,3 +213,60 @@ def test_the_controller_path_runs_where_it_is_chosen_or_the_pull_failed(via, fai
 
     assert runs("Fetch the wheel to the controller") is fetch
     assert runs("Copy the fleet's wheel to this host") is copy
+
+
+# ---------------------------------------------------------------- the controller path is checked (issue 28 case 2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tampered", [False, True], ids=["intact", "tampered"])
+def test_the_wheel_copied_through_the_controller_is_checked_against_the_build(tmp_path, tampered):
+    import hashlib
+    import json
+    import os
+    import subprocess
+    import sys
+
+    wheel = tmp_path / "vllm-1.0-py3-none-any.whl"
+    wheel.write_bytes(b"the build's wheel")
+    built_sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    if tampered:  # altered after the build: the peer pull refused it, the controller path copied it
+        wheel.write_bytes(b"the build's wheel, with a .pth that runs on every python start")
+    names = ["Read the sha256 of the wheel copied to this host", "Check the copied wheel against the build's sha256"]
+    tasks = [BUILD_TASKS[name] for name in names]
+    play = {
+        "hosts": "localhost",
+        "connection": "local",
+        "gather_facts": False,
+        "vars": {
+            "dflash_fleet_wheel_copied": {"dest": str(wheel), "changed": True},
+            "dflash_fleet_build": {"wheel": "/opt/vllm/wheels/r/" + wheel.name, "wheel_sha256": built_sha},
+            "dflash_build_host": "gpu1",
+            "dflash_fleet_wheel_dir": str(tmp_path / "cache"),
+        },
+        "tasks": tasks,
+    }
+    (tmp_path / "play.yml").write_text(yaml.safe_dump([play]))
+    env = dict(
+        os.environ,
+        ANSIBLE_PYTHON_INTERPRETER=sys.executable,
+        ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-local"),
+        ANSIBLE_NOCOLOR="1",
+    )
+    ansible_playbook = str(Path(sys.executable).parent / "ansible-playbook")
+    proc = subprocess.run(
+        [ansible_playbook, "-i", "localhost,", "play.yml"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+        cwd=tmp_path,
+    )
+    if not tampered:
+        assert proc.returncode == 0, proc.stdout[-3000:]
+        return
+    assert proc.returncode == 2, proc.stdout[-3000:]
+    assert f"not the build's {built_sha}" in proc.stdout and "Nothing was installed" in proc.stdout, json.dumps(
+        proc.stdout[-3000:]
+    )

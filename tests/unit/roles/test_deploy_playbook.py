@@ -149,7 +149,22 @@ def test_the_summary_has_a_line_for_every_host_the_run_reached():
 
 # ---------------------------------------------------------------- the fleet's wheel: pulled, or copied (issue 17)
 
-ROLLOUT_INSTALL = PLAYS["Roll out vLLM with DFlash"]["tasks"][0]["block"][0]
+ROLLOUT_TASKS = {task["name"]: task for task in PLAYS["Roll out vLLM with DFlash"]["tasks"]}
+ROLLOUT_INSTALL = ROLLOUT_TASKS["Install, configure, serve and gate"]["block"][0]
+
+
+def test_the_rollout_holds_the_deploy_lock_from_before_the_install_to_after_the_rescue():
+    """Issue 28 case 3: taken outside the block (a lock another deploy holds fails the host with no rollback of
+    that deploy's work), released in the block's always (after the gate's record, or after the rescue)."""
+    names = list(ROLLOUT_TASKS)
+    assert names.index("Take this host's deploy lock") < names.index("Install, configure, serve and gate")
+    take = ROLLOUT_TASKS["Take this host's deploy lock"]["vllm_ops.dflash.vllm_deploy_lock"]
+    (release,) = ROLLOUT_TASKS["Install, configure, serve and gate"]["always"]
+    release = release["vllm_ops.dflash.vllm_deploy_lock"]
+    assert release["state"] == "absent" and release["holder"] == take["holder"]
+    assert (release["root"], release["instance"]) == (take["root"], take["instance"])
+
+
 PULLED = {"dest": "/opt/vllm/wheels/fleet/vllm-1.whl", "changed": True}
 COPIED = {"dest": "/opt/vllm/wheels/fleet/vllm-1.whl", "changed": True, "checksum": "x"}
 SKIPPED = {"skipped": True, "changed": False}

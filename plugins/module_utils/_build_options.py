@@ -66,6 +66,7 @@ BUILD_ARGUMENT_SPEC: Dict[str, Dict[str, Any]] = {
     "precompiled_wheel_commit": {"type": "str"},
     "wheel_precompiled": {"type": "bool"},
     "wheel_precompiled_reason": {"type": "str"},
+    "wheel_sha256": {"type": "str"},
 }
 
 # vllm_build's own options besides those (documented in the module).
@@ -104,6 +105,7 @@ class BuildOptions:
     precompiled_wheel_commit: Optional[str]
     wheel_precompiled: Optional[bool]
     wheel_precompiled_reason: Optional[str]
+    wheel_sha256: Optional[str]
     keep_releases: int
     run_id: Optional[str]
 

@@ -179,10 +179,59 @@ def test_a_missing_last_good_config_fails_the_rescue_before_anything_moves(tmp_p
     )
     out = proc.stdout
     assert proc.returncode == 2, out[-4000:] + proc.stderr[-2000:]
-    assert "rolled back to" not in out, out[-4000:]
+    assert "-> rolled back to" not in out, out[-4000:]
     assert f"cannot roll back to {A}" in out and str(etc / "t.yaml.last-good") in out, out[-4000:]
     assert os.readlink(root / "current") == f"releases/{B}", "current moved although the rollback was refused"
     assert (etc / "t.yaml").read_text() == "port: 9999\n"
+    calls = (tmp_path / "systemctl.log").read_text().splitlines() if (tmp_path / "systemctl.log").exists() else []
+    assert not [call for call in calls if call.split()[:1] in (["restart"], ["start"])], calls
+    assert "VLLM_API_KEY" not in out, "a secret file's content reached the output"
+
+
+@pytest.mark.slow
+def test_a_restore_that_fails_after_the_swap_fails_the_rescue_before_the_restart(tmp_path):
+    root = tmp_path / "vllm"
+    _release(root, A)
+    _release(root, B)
+    (root / "current").symlink_to(f"releases/{B}")
+    (root / "state.json").write_text(
+        json.dumps(
+            {
+                "schema": 1,
+                "current": B,
+                "previous": A,
+                "releases": {
+                    A: {"commit": "a" * 40, "status": "good", "created_at": "2026-01-01T00:00:00Z"},
+                    B: {"commit": "b" * 40, "status": "active", "created_at": "2026-01-02T00:00:00Z"},
+                },
+                "history": [],
+            }
+        )
+    )
+    kept = _full(_kept(tmp_path))
+    etc = tmp_path / "etc"
+    for name, text in (("t.yaml", "port: 9999\n"), ("t.yaml.last-good", "port: 8000\n")):
+        (etc / name).write_text(text)
+    (etc / "t.env").write_text("VLLM_API_KEY=b\n")
+    (etc / "t.env.last-good").write_text("VLLM_API_KEY=a\n")
+    # The unit's copy exists, but its destination cannot be written (its directory is gone).
+    kept[2]["path"] = str(tmp_path / "gone" / "vllm-t.service")
+    (etc / "vllm-t.service.last-good").write_text("[Service]\n")
+    proc = _rescue(
+        tmp_path,
+        kept,
+        "Gate on the acceptance length failed: mean acceptance length 1.00 < 2.0",
+        dflash_rollback_failed_release=B,
+        dflash_rollback_fallback=A,
+        dflash_rollback_needed=True,
+        dflash_rollback_gate_failed=True,
+    )
+    out = proc.stdout
+    assert proc.returncode == 2, out[-4000:] + proc.stderr[-2000:]
+    assert "-> rolled back to" not in out, out[-4000:]
+    assert "could not be restored" in out and kept[2]["path"] in out, out[-4000:]
+    assert "the server was not restarted" in out, out[-4000:]
+    assert os.readlink(root / "current") == f"releases/{A}"
     calls = (tmp_path / "systemctl.log").read_text().splitlines() if (tmp_path / "systemctl.log").exists() else []
     assert not [call for call in calls if call.split()[:1] in (["restart"], ["start"])], calls
     assert "VLLM_API_KEY" not in out, "a secret file's content reached the output"

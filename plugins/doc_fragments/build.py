@@ -231,4 +231,11 @@ options:
     type: list
     elements: str
     default: []
+  wheel_sha256:
+    description:
+      - With O(wheel) - the sha256 the wheel must have (the building host's
+        RV(vllm_ops.dflash.vllm_build#module:wheel_sha256)). The copy taken into O(root)C(/wheels/<name>/) is
+        hashed before anything is installed; another sha256 fails the module, removes that copy and leaves every
+        release as it was. Every path by which a wheel reaches a host is checked this way.
+    type: str
 """

@@ -194,6 +194,21 @@ def prune_after_build(root: str, keep: int, made: str) -> List[str]:
     return list(run_action_unlocked(root, "prune", keep_releases=keep, protect=[made])["pruned"])
 
 
+def _check_wheel_sha256(wheel: str, expected: Optional[str]) -> None:
+    """A wheel given from elsewhere is installed only with the sha256 its build gave it (issue 28 case 2): the
+    copy taken into wheels/<name>/ is what is hashed, and removed on a mismatch (a later run would reuse it)."""
+    if not expected:
+        return
+    found = sha256_file(wheel)
+    if found != expected.strip().lower():
+        os.unlink(wheel)
+        raise BuildError(
+            f"the wheel {os.path.basename(wheel)} has sha256 {found}, not {expected.strip().lower()} (wheel_sha256, "
+            "the build's): it was altered after its build or on the way. Nothing was installed and every release "
+            "is as it was. Fix: rebuild or copy the wheel again from the building host"
+        )
+
+
 def _single_wheel(directory: str) -> Optional[str]:
     if not os.path.isdir(directory):
         return None
@@ -771,6 +786,7 @@ def _make_release(opts: BuildOptions, builder: _Builder, plan: _Plan) -> Dict[st
         if opts.wheel:
             wheel = builder.adopt_wheel(opts.wheel)
             source = "wheel"
+            _check_wheel_sha256(wheel, opts.wheel_sha256)
         else:
             wheel = _single_wheel(paths.wheels) or ""
             source = "build" if not wheel else "wheel"

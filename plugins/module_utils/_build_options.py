@@ -72,6 +72,7 @@ BUILD_ARGUMENT_SPEC: Dict[str, Dict[str, Any]] = {
     "package": {"type": "str", "default": "vllm"},
     "torch_backend": {"type": "str"},
     "dependency_overrides": {"type": "list", "elements": "str", "default": []},
+    "wheel_sha256": {"type": "str"},
 }
 
 # vllm_build's own options besides those (documented in the module).
@@ -114,6 +115,7 @@ class BuildOptions:
     package: str
     torch_backend: Optional[str]
     dependency_overrides: List[str]
+    wheel_sha256: Optional[str]
     keep_releases: int
     run_id: Optional[str]
 

@@ -18,7 +18,7 @@ import stat
 import subprocess
 import urllib.error
 import urllib.request
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build import BuildOptions, build
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import read_json, sha256_file
@@ -153,6 +153,37 @@ def unit_difference(unit: str, enabled: bool = True) -> Optional[str]:
     return f"{unit} is {state}, not {'enabled' if enabled else 'disabled'}"
 
 
+def running_release(unit: str, root: str) -> Optional[Tuple[int, str]]:
+    """The release `unit`'s main process was started from, as the process itself shows it: its command line
+    names <root>/releases/<name>/venv/bin/vllm (ExecStart resolves `current` once, at the start). None when
+    the unit runs no process or its command line names no release of `root` (the health check says the rest).
+    """
+    try:
+        proc = subprocess.run(
+            ["systemctl", "show", "-p", "MainPID", "--value", unit],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    pid_text = proc.stdout.strip()
+    if proc.returncode != 0 or not pid_text.isdigit() or int(pid_text) == 0:
+        return None
+    try:
+        with open(f"/proc/{int(pid_text)}/cmdline", "rb") as handle:
+            argv = [os.fsdecode(arg) for arg in handle.read().split(b"\0")]
+    except OSError:
+        return None
+    releases = os.path.join(os.path.realpath(root), "releases") + os.sep
+    launcher = os.sep + os.path.join("venv", "bin", "vllm")
+    for arg in argv:
+        if arg.startswith(releases) and arg.endswith(launcher):
+            return int(pid_text), arg[len(releases) :].split(os.sep, 1)[0]
+    return None
+
+
 def health(url: str, timeout: float = HEALTH_TIMEOUT) -> Optional[str]:
     """Why `url` does not answer 200, or None when it does."""
     try:
@@ -229,6 +260,13 @@ def detect_drift(
         reasons.append(f"{wanted} is built but {current or 'no release'} serves")
     elif current_status not in good_statuses:
         reasons.append(f"{current} serves but is {current_status}, not {' or '.join(good_statuses)}")
+    # What `current` names is not what serves until the next start (issue 28 case 12): ask the process.
+    running = running_release(unit, options.root) if unit and current else None
+    if running and running[1] != current:
+        reasons.append(
+            f"the server ({unit}, pid {running[0]}) runs {running[1]}, not {current} that "
+            f"{options.root}/current names: it was started before the last swap"
+        )
     file_results = []
     for expected in files:
         difference = expected.difference()

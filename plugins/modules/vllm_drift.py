@@ -17,7 +17,9 @@ description:
     be on disk with that sha256, or one its role recorded as written from the same input
     (O(files[].input_sha256)), and with that mode, owner and group where given.
   - The inputs - every file recorded in O(recorded_inputs) must be unchanged.
-  - The service - O(unit) must be enabled (or not, as O(unit_enabled) says) and O(health_url) must answer 200.
+  - The service - O(unit) must be enabled (or not, as O(unit_enabled) says) and O(health_url) must answer 200;
+    a main process of O(unit) must run the release C(current) names, as its own command line says
+    (C(/proc/<MainPID>/cmdline) names C(<root>/releases/<name>/venv/bin/vllm)), not one started before a swap.
   - RV(unchanged) is V(true) only when all of it holds; RV(reasons) says what differs. The module never reports
     C(changed).
   - A build or release swap that holds the host lock longer than O(lock_timeout) makes the host count as changed,

@@ -55,11 +55,15 @@ ROLLBACK = Path(__file__).resolve().parents[3] / "roles" / "dflash_gate" / "task
 GATE_VARS = yaml.safe_load((ROLLBACK.parents[1] / "vars" / "main.yml").read_text())
 
 
-def rescue_decision(current, last_good, fallback="", changed=False, config_differs=False, explicit="", reason="x"):
+def rescue_decision(
+    current, last_good, fallback="", changed=False, config_differs=False, explicit="", reason="x", failed="", gate=False
+):
     facts = {}
     variables = {
         "dflash_gate_rollback_rescue": trust_as_template(GATE_VARS["dflash_gate_rollback_rescue"]),
         "dflash_rollback_reason": reason,
+        "dflash_rollback_failed_release": failed,
+        "dflash_rollback_gate_failed": gate,
         "dflash_gate_state": {"current": current, "last_good": last_good},
         "dflash_rollback_fallback": fallback,
         "dflash_rollback_needed": changed,
@@ -90,6 +94,11 @@ def rescue_decision(current, last_good, fallback="", changed=False, config_diffe
         ({"current": "A", "last_good": "A", "fallback": "A", "config_differs": True}, ("A", True)),
         # no good release anywhere (gates disabled): never stop the server that serves
         ({"current": "A", "last_good": None, "fallback": "A"}, ("A", False)),
+        # no good release on record (state.json moved aside), B served unfinished and its gate failed now:
+        # B is no fallback (issue 28 case 4)
+        ({"current": "B", "last_good": None, "fallback": "B", "failed": "B", "gate": True}, ("", True)),
+        # the same B, but a refusal before its gate: nothing changed, B keeps serving
+        ({"current": "B", "last_good": None, "fallback": "B", "failed": "B"}, ("B", False)),
         # a first deploy: nothing served before, this run activated B
         ({"current": "B", "last_good": None, "fallback": "", "changed": True}, ("", True)),
         ({"current": "B", "last_good": "A", "explicit": "C"}, ("C", True)),
@@ -103,6 +112,8 @@ def rescue_decision(current, last_good, fallback="", changed=False, config_diffe
         "refused",
         "config-of-a-dead-run",
         "no-gates",
+        "no-good-release-gate-failed",
+        "no-good-release-refused",
         "first",
         "explicit",
         "operator",
@@ -149,6 +160,21 @@ ROLLOUT_BLOCK = next(
     t for t in PLAYS["Roll out vLLM with DFlash"]["tasks"] if t["name"] == "Install, configure, serve and gate"
 )
 ROLLOUT_INSTALL = ROLLOUT_BLOCK["block"][0]
+ROLLOUT_TASKS = {task["name"]: task for task in PLAYS["Roll out vLLM with DFlash"]["tasks"]}
+
+
+def test_the_rollout_holds_the_deploy_lock_from_before_the_install_to_after_the_rescue():
+    """Issue 28 case 3: taken outside the block (a lock another deploy holds fails the host with no rollback of
+    that deploy's work), released in the block's always (after the gate's record, or after the rescue)."""
+    names = list(ROLLOUT_TASKS)
+    assert names.index("Take this host's deploy lock") < names.index("Install, configure, serve and gate")
+    take = ROLLOUT_TASKS["Take this host's deploy lock"]["vllm_ops.dflash.vllm_deploy_lock"]
+    (release,) = ROLLOUT_TASKS["Install, configure, serve and gate"]["always"]
+    release = release["vllm_ops.dflash.vllm_deploy_lock"]
+    assert release["state"] == "absent" and release["holder"] == take["holder"]
+    assert (release["root"], release["instance"]) == (take["root"], take["instance"])
+
+
 PULLED = {"dest": "/opt/vllm/wheels/fleet/vllm-1.whl", "changed": True}
 COPIED = {"dest": "/opt/vllm/wheels/fleet/vllm-1.whl", "changed": True, "checksum": "x"}
 SKIPPED = {"skipped": True, "changed": False}
@@ -212,3 +238,60 @@ def test_the_controller_path_runs_where_it_is_chosen_or_the_pull_failed(via, fai
 
     assert runs("Fetch the wheel to the controller") is fetch
     assert runs("Copy the fleet's wheel to this host") is copy
+
+
+# ---------------------------------------------------------------- the controller path is checked (issue 28 case 2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tampered", [False, True], ids=["intact", "tampered"])
+def test_the_wheel_copied_through_the_controller_is_checked_against_the_build(tmp_path, tampered):
+    import hashlib
+    import json
+    import os
+    import subprocess
+    import sys
+
+    wheel = tmp_path / "vllm-1.0-py3-none-any.whl"
+    wheel.write_bytes(b"the build's wheel")
+    built_sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    if tampered:  # altered after the build: the peer pull refused it, the controller path copied it
+        wheel.write_bytes(b"the build's wheel, with a .pth that runs on every python start")
+    names = ["Read the sha256 of the wheel copied to this host", "Check the copied wheel against the build's sha256"]
+    tasks = [BUILD_TASKS[name] for name in names]
+    play = {
+        "hosts": "localhost",
+        "connection": "local",
+        "gather_facts": False,
+        "vars": {
+            "dflash_fleet_wheel_copied": {"dest": str(wheel), "changed": True},
+            "dflash_fleet_build": {"wheel": "/opt/vllm/wheels/r/" + wheel.name, "wheel_sha256": built_sha},
+            "dflash_build_host": "gpu1",
+            "dflash_fleet_wheel_dir": str(tmp_path / "cache"),
+        },
+        "tasks": tasks,
+    }
+    (tmp_path / "play.yml").write_text(yaml.safe_dump([play]))
+    env = dict(
+        os.environ,
+        ANSIBLE_PYTHON_INTERPRETER=sys.executable,
+        ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-local"),
+        ANSIBLE_NOCOLOR="1",
+    )
+    ansible_playbook = str(Path(sys.executable).parent / "ansible-playbook")
+    proc = subprocess.run(
+        [ansible_playbook, "-i", "localhost,", "play.yml"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+        cwd=tmp_path,
+    )
+    if not tampered:
+        assert proc.returncode == 0, proc.stdout[-3000:]
+        return
+    assert proc.returncode == 2, proc.stdout[-3000:]
+    assert f"not the build's {built_sha}" in proc.stdout and "Nothing was installed" in proc.stdout, json.dumps(
+        proc.stdout[-3000:]
+    )

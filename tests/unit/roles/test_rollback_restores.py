@@ -129,7 +129,9 @@ def test_the_rollback_restores_config_and_unit_and_asks_the_restored_port(tmp_pa
     )
     back = _tasks(
         GATE / "tasks" / "rollback.yml",
+        "Find the last good copies to restore",
         "Restore the last good config and unit",
+        "Fail when a last good copy was not restored",
         "Read the restored serve config",
         "Take the address and model name of the release rolled back to",
         "Wait until the previous release is ready again",
@@ -149,6 +151,9 @@ def test_the_rollback_restores_config_and_unit_and_asks_the_restored_port(tmp_pa
             "vllm_instance": "t",
             "vllm_ready_timeout": 4,
             "dflash_gate_rollback_rescue": True,
+            # What the rescue decided before these tasks: a rollback to the last good release.
+            "dflash_gate_rollback_needed": True,
+            "dflash_gate_rollback_to": "aaaaaaaaaaaa-00000000",
         },
     }
     # The gate passed on release R: the one call marks it good and keeps what it served with.

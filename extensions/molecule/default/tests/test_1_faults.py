@@ -128,7 +128,9 @@ def test_a_first_deploy_that_fails_its_gate_leaves_its_service_stopped_and_disab
     # A second instance with its own root: nothing served there before, so there is nothing to roll back to.
     first = {"vllm_root": "/opt/vllm-first", "vllm_instance": "first", "vllm_port": 8001}
     proc = deploy({**first, "vllm_speculative_config": {**SPEC, "synthetic_acceptance_length": 1.2}})
-    _assert_failed(proc, "1.2", "no previous release: the service is stopped and disabled")
+    _assert_failed(
+        proc, "1.2", "no release on this host passed a gate", "the service is stopped and disabled, nothing serves"
+    )
     assert host.run("systemctl is-active vllm-first.service").stdout.strip() != "active"
     assert host.run("systemctl is-enabled vllm-first.service").stdout.strip() == "disabled"
     state = json.loads(host.file("/opt/vllm-first/state.json").content_string)

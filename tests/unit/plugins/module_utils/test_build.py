@@ -341,6 +341,27 @@ def test_wheel_option_installs_without_building(tiny, fleet, pip_args, tmp_path)
 
 
 @SLOW
+def test_a_given_wheel_with_another_sha256_than_its_build_is_refused_before_anything_changes(
+    tiny, fleet, pip_args, tmp_path
+):
+    """Issue 28 case 2: a wheel altered after its build reached a host (the controller path) and was installed."""
+    built = fleet[1]["main"]
+    tampered = tmp_path / "incoming" / Path(built["wheel"]).name
+    tampered.parent.mkdir()
+    tampered.write_bytes(Path(built["wheel"]).read_bytes() + b"appended by someone")
+    root = tmp_path / "other-host"
+    sha = built["wheel_sha256"]
+    opts = options(tiny, root, "main", pip_args, wheel=str(tampered), precompiled="never", wheel_sha256=sha)
+    with pytest.raises(BuildError, match=f"not {built['wheel_sha256']} \\(wheel_sha256, the build's\\)"):
+        build(opts)
+    assert not list(root.glob("releases/*/manifest.json"))
+    assert not list(root.glob("wheels/*/*.whl")), "the altered wheel was kept for a later run to reuse"
+    # the same sha256 in capitals, as another tool may print it
+    opts = options(tiny, root, "main", pip_args, wheel=built["wheel"], precompiled="never", wheel_sha256=sha.upper())
+    assert build(opts)["wheel_sha256"] == built["wheel_sha256"]
+
+
+@SLOW
 @pytest.mark.parametrize("used", [True, False], ids=["builder-precompiled", "builder-full"])
 def test_a_wheel_under_auto_takes_the_builders_decision_and_a_later_lookup_accepts_it(
     tiny, fleet, pip_args, tmp_path, used

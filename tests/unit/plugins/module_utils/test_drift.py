@@ -307,3 +307,32 @@ def test_the_render_record_needs_an_absolute_path_and_its_input():
         FileExpectation.from_dict(dict(item, input_record=None))
     with pytest.raises(DriftError, match="input_sha256 of /etc/x is not 64 hex digits"):
         FileExpectation.from_dict(dict(item, input_sha256="abc", input_record="/r"))
+
+
+@pytest.mark.slow_build
+def test_a_server_that_runs_another_release_than_current_is_a_reason(deployed, tmp_path, monkeypatch):
+    """Issue 28 case 12: the look read `current` and said "nothing would change" while the server's process
+    ran another release (started before a swap). The stand-in server is a real process with the unit's
+    command line (a script run through its shebang: `/bin/sh <root>/releases/<other>/venv/bin/vllm serve`)."""
+    other = "0123456789ab-cdef0123"
+    launcher = deployed["root"] / "releases" / other / "venv" / "bin" / "vllm"
+    launcher.parent.mkdir(parents=True)
+    launcher.write_text("#!/bin/sh\nsleep 300\n")
+    launcher.chmod(0o755)
+    running = subprocess.Popen([str(launcher), "serve", "--config", "x"])
+    try:
+        bin_dir = tmp_path / "bin-mainpid"
+        bin_dir.mkdir()
+        script = bin_dir / "systemctl"
+        answer = '#!/bin/sh\ncase "$1" in is-enabled) echo enabled ;; show) echo {pid} ;; *) exit 2 ;; esac\n'
+        script.write_text(answer.format(pid=running.pid))
+        script.chmod(0o755)
+        monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+        result = _look(deployed)
+        assert not result["unchanged"], result
+        assert any(f"runs {other}, not {deployed['name']}" in reason for reason in result["reasons"]), result
+        script.write_text(answer.format(pid=0))  # no main process: the health check speaks for it
+        assert _look(deployed)["unchanged"], _look(deployed)["reasons"]
+    finally:
+        running.kill()
+        running.wait()

@@ -1,0 +1,79 @@
+"""Names that would reach a shell, the unit or a path unchecked (issue 28 case 17).
+
+A vllm_instance with shell metacharacters ran as root through the serving probe and landed in the unit's
+ExecStart. Runs dflash_gate's names entry point (what the deploy's look and playbooks/rollback.yml run first)
+in a one-task play on localhost.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[3]
+COLLECTIONS = ROOT / ".cache" / "ac"
+BIN = Path(sys.executable).parent
+
+
+def _play(tmp_path: Path, role: str, entry: str, extra: dict) -> subprocess.CompletedProcess:
+    play = {
+        "hosts": "localhost",
+        "connection": "local",
+        "gather_facts": False,
+        "tasks": [{"ansible.builtin.import_role": {"name": f"vllm_ops.dflash.{role}", "tasks_from": entry}}],
+    }
+    (tmp_path / "play.yml").write_text(yaml.safe_dump([play]))
+    env = dict(
+        os.environ,
+        ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS),
+        ANSIBLE_PYTHON_INTERPRETER=sys.executable,
+        ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-local"),
+        ANSIBLE_NOCOLOR="1",
+    )
+    argv = [str(BIN / "ansible-playbook"), "-i", "localhost,", "play.yml", "-e", json.dumps(extra)]
+    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600, check=False, cwd=tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        ({"vllm_instance": "x;touch /tmp/pwned"}, "vllm_instance"),
+        ({"vllm_instance": "x$(id)"}, "vllm_instance"),
+        ({"vllm_instance": "x\n"}, "vllm_instance"),  # `$` would match before the final newline
+        ({"vllm_instance": "../etc"}, "vllm_instance"),
+        ({"vllm_user": "vllm\nExecStartPre=/bin/sh"}, "vllm_user"),
+        ({"vllm_root": '/opt/vllm" ; rm -rf "/'}, "vllm_root"),
+        ({"vllm_config_dir": "etc/vllm"}, "vllm_config_dir"),
+    ],
+    ids=["semicolon", "substitution", "trailing-newline", "dot-dot", "user-newline", "root-quote", "relative"],
+)
+def test_a_name_with_shell_or_unit_syntax_is_refused(tmp_path, extra, named):
+    proc = _play(tmp_path, "dflash_gate", "names", extra)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2, out[-3000:]
+    assert f"{named} is not" in out, out[-3000:]
+
+
+@pytest.mark.slow
+def test_plain_names_pass(tmp_path):
+    extra = {"vllm_instance": "qwen3-8b_dflash.1", "vllm_user": "vllm", "vllm_root": "/srv/vllm-2/opt"}
+    proc = _play(tmp_path, "dflash_gate", "names", extra)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+
+
+def test_the_deploy_and_the_rollback_check_the_names_first():
+    for playbook, play in (("deploy_dflash.yml", "Look at every host first"), ("rollback.yml", "Roll back vLLM")):
+        plays = {p["name"]: p for p in yaml.safe_load((ROOT / "playbooks" / playbook).read_text())}
+        tasks = plays[play]["tasks"]
+        # only the playbook's own variable check (controller side, reads no name into a path) may come before
+        roles = [i for i, task in enumerate(tasks) if "ansible.builtin.import_role" in task]
+        assert all("tasks/check_variables.yml" in str(task) for task in tasks[: roles[0]]), playbook
+        first = tasks[roles[0]]["ansible.builtin.import_role"]
+        assert (first["name"], first["tasks_from"]) == ("vllm_ops.dflash.dflash_gate", "names"), playbook

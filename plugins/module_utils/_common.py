@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import tempfile
+import urllib.request
 from typing import Any
 
 __all__ = [
@@ -169,3 +170,16 @@ def redact_url(url: str) -> str:
         return scheme
 
     return _URL_USERINFO.sub(strip, url)
+
+
+class NoRedirectHandler(urllib.request.HTTPRedirectHandler):
+    """Never follow a redirect: the 3xx comes back as an HTTPError (whose Location the caller can name).
+
+    vLLM answers /health, /metrics, /version and /v1/* itself and never redirects them. A redirect means
+    something else answers at the URL (a proxy, a login page, another host): following it would send the
+    api_key there, or judge that host's counters or health, and even a same-origin redirect would look at
+    another path than the one asked for. So neither the gate nor the look follows one.
+    """
+
+    def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str) -> None:
+        return None

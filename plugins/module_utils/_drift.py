@@ -21,7 +21,11 @@ import urllib.request
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build import BuildOptions, build
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import read_json, sha256_file
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import (
+    NoRedirectHandler,
+    read_json,
+    sha256_file,
+)
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._releases import ReleaseError, run_action
 
 __all__ = ["DriftError", "FileExpectation", "detect_drift"]
@@ -188,7 +192,8 @@ def health(url: str, timeout: float = HEALTH_TIMEOUT) -> Optional[str]:
     """Why `url` does not answer 200, or None when it does."""
     try:
         # Stdlib opener, as the gate's core: the cores import no Ansible (unit tests drive them without it).
-        with urllib.request.build_opener().open(url, timeout=timeout) as response:
+        # No redirect followed: a /health that sends the look elsewhere is not this server's health.
+        with urllib.request.build_opener(NoRedirectHandler()).open(url, timeout=timeout) as response:
             code = response.status
     except urllib.error.HTTPError as exc:
         code = exc.code

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ansible_collections.vllm_ops.dflash.plugins.module_utils import _untrusted_json
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import write_text_atomic
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import NoRedirectHandler, write_text_atomic
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._gate_history import (
     RULES,
     Comparison,
@@ -140,19 +140,6 @@ class _TooLarge(Exception):
     """A response body larger than its cap."""
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """Never follow a redirect: the 3xx comes back as an HTTPError that explain() names with its Location.
-
-    vLLM answers /metrics, /version and /v1/* itself and never redirects them. A redirect means something
-    else answers at url (a proxy, a login page, another host): following it would send the api_key there
-    and judge that host's counters, and even a same-origin redirect without the key would measure another
-    path than the one asked for. So the gate refuses it rather than choosing what to send where.
-    """
-
-    def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str) -> None:
-        return None
-
-
 def _set_read_timeout(response: Any, seconds: float) -> None:
     """Bound the next read by `seconds`: urllib's timeout is per socket read, set once at connect."""
     raw = getattr(getattr(response, "fp", None), "raw", None)
@@ -227,7 +214,7 @@ class _Server:
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE
         # Stdlib opener (this core imports no Ansible, so not ansible.module_utils.urls.open_url).
-        self.opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=context), _NoRedirect())
+        self.opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=context), NoRedirectHandler())
         self.deadline_seconds = gate_deadline(settings)
         self.deadline = time.monotonic() + self.deadline_seconds
         # process_start_time_seconds of the first scrape: every later scrape must come from that process.

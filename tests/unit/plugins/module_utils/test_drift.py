@@ -19,6 +19,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._drift import (
     DriftError,
     FileExpectation,
     detect_drift,
+    health,
     recorded_differences,
 )
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._lock import host_lock
@@ -336,3 +337,31 @@ def test_a_server_that_runs_another_release_than_current_is_a_reason(deployed, t
     finally:
         running.kill()
         running.wait()
+
+
+class _RedirectingHealth(http.server.BaseHTTPRequestHandler):
+    """/health sends the look elsewhere; /elsewhere answers 200 (what a followed redirect would report)."""
+
+    def do_GET(self):
+        if self.path == "/health":
+            self.send_response(302)
+            self.send_header("Location", "/elsewhere")
+            self.end_headers()
+        else:
+            self.send_response(200)
+            self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_redirected_health_is_not_this_servers_health():
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _RedirectingHealth)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{httpd.server_address[1]}"
+        assert health(f"{base}/health") == f"{base}/health answered 302"
+        assert health(f"{base}/elsewhere") is None
+    finally:
+        httpd.shutdown()
+        httpd.server_close()

@@ -10,7 +10,7 @@ COLL := $(AC)/ansible_collections/vllm_ops/dflash
 SANITY_PY ?= 3.11
 # Outside the checkout: inside it, ansible-test would take the checkout's git for the file list.
 SANITY_DIR ?= /tmp/vllm-ops-sanity
-SCENARIOS ?= default fleet
+SCENARIOS ?= default fleet example
 WHEELHOUSE := .cache/wheelhouse
 # The real-vLLM lane's sdist, wheel, fork repo, caches and releases (~15 GB once built; never in the checkout's git).
 REAL_VLLM_DIR ?= $(CURDIR)/.cache/real-vllm

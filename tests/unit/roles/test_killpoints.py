@@ -238,7 +238,7 @@ def _rollout_play() -> dict:
 class Host:
     """One local host in tmp: the deploy's files, the stand-ins, and how to run (and kill) the rollout."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, hooks: bool = True) -> None:
         self.tmp, self.root, self.etc = tmp, tmp / "vllm", tmp / "etc"
         bin_dir = tmp / "bin"
         bin_dir.mkdir(parents=True)
@@ -271,8 +271,9 @@ class Host:
             "vllm_root": str(self.root),
             "vllm_config_dir": etc,
             "vllm_instance": "t",
-            "dflash_batch_pre_tasks": str(hook),
-            "dflash_batch_post_tasks": str(hook),
+            # Without them (the default) the host is never drained.
+            "dflash_batch_pre_tasks": str(hook) if hooks else "",
+            "dflash_batch_post_tasks": str(hook) if hooks else "",
             "dflash_gate_min_mean_acceptance_length": 2.0,
             "kp_etc": etc,
         }
@@ -344,41 +345,48 @@ class Host:
         path = self.tmp / "gate-results" / f"{release}.json"
         return path.is_file() and json.loads(path.read_text()) == {"release": release, "passed": True}
 
-    def check(self, when: str) -> dict:
+    def good(self) -> list:
+        releases = json.loads((self.root / "state.json").read_text())["releases"]
+        return sorted(name for name, entry in releases.items() if entry.get("status") == "good")
+
+    def check(self, when: str, serving_checked: bool = True) -> dict:
         """The invariants that hold at any moment; returns state.json's releases."""
         releases = json.loads((self.root / "state.json").read_text())["releases"]
-        good = sorted(name for name, entry in releases.items() if entry.get("status") == "good")
+        good = self.good()
         assert all(self.gated(name) for name in good), f"{when}: good without a passed gate: {good}"
         drained = (self.tmp / "drained").exists()
         serving = self.serving()
-        if not drained:  # in the balancer: what it serves passed its gate and is good
+        if serving_checked and not drained:  # in the balancer: what it serves passed its gate and is good
             assert serving in good and self.gated(serving), f"{when}: the undrained host serves {serving}"
         assert self.files_of(A) == self.a_files, f"{when}: A's files changed"
         return releases
 
 
-@pytest.mark.slow
-def test_the_rollout_killed_at_every_task_boundary_then_re_run(tmp_path):
-    # The whole bump without a kill: the boundaries to kill at.
-    whole = Host(tmp_path / "whole")
+def whole_bump(tmp: Path, hooks: bool = True) -> tuple:
+    """The bump A -> B without a kill: the names of the task starts, and the kill points.
+
+    A kill before task N leaves what tasks 1..N-1 wrote: the same files as a kill before N-1 unless task N-1
+    changed something. So N = 1 and every N after a task that reported a change (each distinct state a kill
+    can leave), which keeps the run to minutes; KILL_EVERY=1 in the environment takes every N.
+    """
+    whole = Host(tmp, hooks=hooks)
     whole.set_up_a()
     proc = whole.deploy()
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
     boundaries = whole.tasks_started()
-    # A kill before task N leaves what tasks 1..N-1 wrote: the same files as a kill before N-1 unless task
-    # N-1 changed something. So N = 1 and every N after a task that reported a change (each distinct state
-    # a kill can leave), which keeps the run to minutes; KILL_EVERY=1 takes every N.
-    points = sorted(
-        {1, *(k + 1 for k in whole.changed_tasks() if k < len(boundaries))}
-        if not os.environ.get("KILL_EVERY")
-        else range(1, len(boundaries) + 1)
-    )
     releases = whole.check("after the whole bump")
     assert releases[B]["status"] == "good" and whole.serving() == B
     assert os.readlink(whole.root / "current") == f"releases/{B}"
     assert not (whole.tmp / "drained").exists()
     assert len(boundaries) > 10, boundaries
+    if os.environ.get("KILL_EVERY"):
+        return boundaries, list(range(1, len(boundaries) + 1))
+    return boundaries, sorted({1, *(k + 1 for k in whole.changed_tasks() if k < len(boundaries))})
 
+
+@pytest.mark.slow
+def test_the_rollout_killed_at_every_task_boundary_then_re_run(tmp_path):
+    boundaries, points = whole_bump(tmp_path / "whole")
     findings = []
     for n in points:
         host = Host(tmp_path / f"kill-{n}")
@@ -400,3 +408,28 @@ def test_the_rollout_killed_at_every_task_boundary_then_re_run(tmp_path):
         except AssertionError as error:
             findings.append(str(error).splitlines()[0])
     assert not findings, "\n".join(findings)
+
+
+@pytest.mark.slow
+def test_without_a_drain_hook_a_kill_between_restart_and_gate_leaves_the_ungated_release_serving(tmp_path):
+    """The window the drain hook closes: no hook (the default), the controller killed after the restart onto
+    B and before the gate's record leaves B serving not good (its gate unfinished or unrecorded) until a
+    re-run gates it or rolls it back. Nothing is ever marked good without its gate; outside that window A,
+    good, serves."""
+    boundaries, points = whole_bump(tmp_path / "whole", hooks=False)
+    restart = boundaries.index("Restart the stand-in server") + 1  # 1-based, as the kill counts
+    record = boundaries.index(RECORD_GOOD) + 1
+    ungated = []
+    for n in points:
+        host = Host(tmp_path / f"kill-{n}", hooks=False)
+        host.set_up_a()
+        killed = host.deploy(kill_at=n)
+        assert killed.returncode == -signal.SIGKILL, f"kill at {n} ({boundaries[n - 1]}): rc {killed.returncode}"
+        host.check(f"killed at {boundaries[n - 1]}", serving_checked=False)
+        if host.serving() not in host.good():
+            assert host.serving() == B  # measured or not, not yet good
+            ungated.append(n)
+        else:
+            assert host.serving() == (B if n > record else A), boundaries[n - 1]  # B once recorded good
+    # Killed before task n: the restart (task `restart`) ran and the record (task `record`) did not.
+    assert ungated == [n for n in points if restart < n <= record], [boundaries[n - 1] for n in ungated]

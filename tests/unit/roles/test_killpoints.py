@@ -276,6 +276,9 @@ class Host:
             "dflash_batch_post_tasks": str(hook) if hooks else "",
             "dflash_gate_min_mean_acceptance_length": 2.0,
             "kp_etc": etc,
+            # A deploy lock (where the playbook takes one) left by a killed controller holds until its lease
+            # ends: 1 s, so the re-run breaks it (an operator waits for the lease, or removes the file).
+            "dflash_deploy_lock_lease": 1,
         }
         (tmp / "hosts.yml").write_text(yaml.safe_dump({"gpu_hosts": {"hosts": {"gpu1": host_vars}}}))
         self.env = dict(

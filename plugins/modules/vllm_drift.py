@@ -229,7 +229,9 @@ def main() -> None:
             lock_timeout=params["lock_timeout"],
         )
     except (BuildError, DriftError) as exc:
-        module.fail_json(msg=str(exc), repo=redact_url(params["repo"]), requested_ref=params["ref"])
+        module.fail_json(
+            msg=str(exc), repo=redact_url(params["repo"] or ""), requested_ref=params["ref"], version=params["version"]
+        )
     except OSError as exc:
         module.fail_json(msg=f"vllm_drift could not read {params['root']}: {exc}; check that this user may read it")
     for warning in result.pop("warnings"):

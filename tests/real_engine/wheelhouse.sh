@@ -52,6 +52,8 @@ if [ ! -f "$DIR/models/model_info.json" ]; then
   "$DIR/mkmodel-venv/bin/pip" install -q --find-links "$DIR/wheels" torch==2.13.0 transformers tokenizers safetensors
   rm -rf "$DIR/models.partial"
   "$DIR/mkmodel-venv/bin/python" tests/gpu/mkmodel.py "$DIR/models.partial"
+  # safetensors writes its files 0600; the unit's User=vllm reads them through the bind mount
+  chmod -R a+rX "$DIR/models.partial"
   rm -rf "$DIR/models" && mv "$DIR/models.partial" "$DIR/models"
 fi
 rm -f "$DIR"/.done-*

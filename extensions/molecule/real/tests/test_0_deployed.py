@@ -20,10 +20,15 @@ def test_facts_are_real_vllms_version_extensions_and_capabilities(host, tmp_path
     facts = json.loads(out.read_text())
     assert facts["version"] == "0.32.0"
     extensions = facts["extensions"]
-    # the CPU wheel's own compiled members, loaded by the release's python (vllm._C needs libnuma.so.1)
-    for module in ("vllm._C", "vllm._C_AVX2"):
-        assert extensions[module]["ok"] is True, extensions[module]
-    assert facts["missing_extensions"] == [] and "vllm._C" not in facts["broken_extensions"]
+    # the CPU wheel's own compiled members, loaded by the release's python (vllm._C needs libnuma.so.1) ...
+    assert {name: e["ok"] for name, e in extensions.items()} == {
+        "vllm._C": True,
+        "vllm.fs_io_C": True,
+        "vllm.spinloop": True,
+    }
+    # ... and its per-ISA copies of vllm._C, of which vLLM loads one per CPU: variants, not broken
+    assert sorted(facts["variant_extensions"]) == ["vllm._C_AVX2", "vllm._C_AVX512"]
+    assert facts["missing_extensions"] == [] and facts["broken_extensions"] == []
     caps = facts["capabilities"]
     assert facts["capabilities_error"] is None and caps["vllm_version"] == "0.32.0"
     assert {"draft_model", "dflash"} <= set(caps["speculative_methods"])

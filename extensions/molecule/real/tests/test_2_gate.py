@@ -31,6 +31,8 @@ def test_the_random_dflash_drafter_fails_the_gate_and_is_rolled_back(host, passi
     assert proc.returncode != 0
     assert API_KEY not in out
     assert "verdict FAIL" in out and "rolled back to " + good in out
+    # the preflight let DFlash through on this release's own capabilities, not on the fallback tables
+    assert "fallback tables" not in out
     assert "< min_mean_acceptance_length" in out  # the floor (2.0), on real counters
     results = gate_results(host, good)
     assert len(results) == results_before + 1, "the failing run's result is not kept"

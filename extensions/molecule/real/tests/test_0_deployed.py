@@ -83,7 +83,7 @@ def test_serves_greedy_completions_with_the_key_only(host):
 
 def test_the_gate_passed_on_real_spec_decode_counters_at_al_5(host):
     report = json.loads(host.file("/var/lib/vllm-gate/default.json").content_string)
-    print("gate:", {k: report.get(k) for k in ("passed", "mean_acceptance_length", "num_drafts")})
+    print("gate:", {k: report.get(k) for k in ("passed", "mean_acceptance_length", "drafts")})
     assert report["passed"] is True
     # draft_model with the target as drafter, K = 4: every draft token is accepted, AL = 5
     assert abs(report["mean_acceptance_length"] - 5.0) < 0.01

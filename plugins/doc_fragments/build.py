@@ -17,7 +17,6 @@ options:
       - Credentials in an https URL (C(https://user:TOKEN@host/...)) are used for git but removed from every
         output, log header and C(manifest.json), and never stored in the mirror's config.
     type: str
-    required: true
   ref:
     description:
       - What to build - a branch, a tag (an annotated tag is peeled to its commit), a full or short commit SHA, or

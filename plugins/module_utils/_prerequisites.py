@@ -112,7 +112,7 @@ def package_manager(os_release: str) -> Tuple[str, str]:
     """(apt|dnf|'', PRETTY_NAME) from /etc/os-release's text."""
     values = dict(
         (key, value.strip().strip('"'))
-        for key, _, value in (line.partition("=") for line in os_release.splitlines())
+        for key, _sep, value in (line.partition("=") for line in os_release.splitlines())
         if key
     )
     words = set((values.get("ID", "") + " " + values.get("ID_LIKE", "")).lower().split())

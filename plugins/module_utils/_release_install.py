@@ -161,7 +161,7 @@ def _check_wheel(opts: BuildOptions, python_version: str) -> None:
             f"wheel {name} is a wheel of {info.dist}, not of package {opts.package}. Fix: set package to "
             f"{canonical_package(info.dist)}, or give the {opts.label} wheel"
         )
-    public, _, local = info.version.partition("+")
+    public, _plus, local = info.version.partition("+")
     if info.version != opts.version and public != opts.version:
         raise OptionError(
             f"wheel {name} is version {info.version}, not {opts.version}. Fix: set version to {info.version}, "
@@ -254,7 +254,7 @@ def _installed(venv: str, package: str) -> Tuple[Optional[str], Optional[str]]:
     version = None
     for info in glob.glob(os.path.join(site, "*.dist-info")):
         base = os.path.basename(info)[: -len(".dist-info")]
-        name, _, found = base.rpartition("-")
+        name, _dash, found = base.rpartition("-")
         if canonical_package(name).replace("-", "_") == dist:
             version = found
     text = None

@@ -62,7 +62,7 @@ def _service(lines: list[str]) -> list[str]:
 
 
 def test_the_device_acl_allows_the_nvidia_caps_mig_needs(tmp_path):
-    lines, _ = _render(tmp_path)
+    lines, _sha = _render(tmp_path)
     assert "DeviceAllow=char-nvidia-caps rw" in lines
     # /dev/nvidia0 is major 195, "nvidia" in /proc/devices on driver 580 (the H200), "nvidia-frontend" before.
     assert {"DeviceAllow=char-nvidia rw", "DeviceAllow=char-nvidia-frontend rw"} <= set(lines)
@@ -100,7 +100,7 @@ def test_overrides_replace_the_roles_own_lines_in_place_and_the_look_sees_them(t
 
 
 def test_no_overrides_leave_the_unit_as_the_role_writes_it(tmp_path):
-    lines, _ = _render(tmp_path, vllm_service_unit_overrides={})
+    lines, _sha = _render(tmp_path, vllm_service_unit_overrides={})
     assert not [line for line in lines if "vllm_service_unit_overrides" in line]
     assert _service(lines).count("ProtectHome=yes") == 1
 

@@ -135,7 +135,7 @@ def test_a_release_needs_no_repo_or_ref_and_a_missing_version_names_the_index(tm
         "3cfc8f8b7",
     )
     assert first["requested_ref"] is None and first["release_name"].startswith("vllm-0.32.0-")
-    missing = run_module(tmp_path, **dict(args, version="0.33.0"))
+    missing = run_module(tmp_path, **{**args, "version": "0.33.0"})
     assert missing["failed"] and missing["version"] == "0.33.0"
     assert missing["msg"].startswith(f"vllm==0.33.0 is not on the index {index} (--no-index): pick a released")
     assert not (tmp_path / "root" / "current").exists()

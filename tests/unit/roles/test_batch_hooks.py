@@ -71,7 +71,8 @@ def run_rollout(
         yaml.safe_dump(
             {
                 "gpu_hosts": {
-                    "hosts": {key: {} for key in HOSTS},
+                    # each host its own root: the deploy lock (real) is per host, and never under /opt/vllm here
+                    "hosts": {key: {"vllm_root": str(tmp_path / key)} for key in HOSTS},
                     "vars": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable},
                 }
             }

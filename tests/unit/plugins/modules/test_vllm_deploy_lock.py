@@ -19,8 +19,9 @@ PLAYBOOK = ROOT / "playbooks" / "deploy_dflash.yml"
 @pytest.mark.slow
 def test_a_second_deploy_cannot_take_the_lock_and_the_first_releases_it(tmp_path):
     rollout = next(play for play in yaml.safe_load(PLAYBOOK.read_text()) if play["name"] == "Roll out vLLM with DFlash")
-    name_it, take = rollout["tasks"][0], rollout["tasks"][1]
-    (release,) = rollout["tasks"][2]["always"]
+    tasks = {task["name"]: task for task in rollout["tasks"]}
+    name_it, take = tasks["Name this deploy for its lock"], tasks["Take this host's deploy lock"]
+    (release,) = tasks["Install, configure, serve and gate"]["always"]
     task = {"ignore_errors": True}
     play = {
         "hosts": "localhost",

@@ -192,25 +192,12 @@ def group_members(pgid: int) -> List[int]:
         except OSError:
             return []
         return [pgid]
-    members = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as handle:
-                stat = handle.read().decode("ascii", "replace")
-        except OSError:
-            continue
-        # "pid (comm) state ppid pgrp ...": comm may contain spaces and parentheses.
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if len(fields) >= 3 and fields[0] != "Z" and int(fields[2]) == pgid:
-            members.append(int(entry))
-    return members
+    return [pid for pid, fields in _proc_stats() if len(fields) >= 3 and int(fields[2]) == pgid]
 
 
-def _live_processes() -> Dict[int, int]:
-    """pid -> ppid of every live (non-zombie) process, from /proc; empty without /proc."""
-    found: Dict[int, int] = {}
+def _proc_stats() -> List[Tuple[int, List[str]]]:
+    """(pid, the fields after comm: state ppid pgrp ...) of every live (non-zombie) process; empty without /proc."""
+    found: List[Tuple[int, List[str]]] = []
     with contextlib.suppress(OSError):
         for entry in os.listdir("/proc"):
             if not entry.isdigit():
@@ -220,10 +207,16 @@ def _live_processes() -> Dict[int, int]:
                     stat = handle.read().decode("ascii", "replace")
             except OSError:
                 continue
+            # "pid (comm) state ppid pgrp ...": comm may contain spaces and parentheses.
             fields = stat[stat.rfind(")") + 2 :].split()
             if len(fields) >= 2 and fields[0] != "Z":
-                found[int(entry)] = int(fields[1])
+                found.append((int(entry), fields))
     return found
+
+
+def _live_processes() -> Dict[int, int]:
+    """pid -> ppid of every live (non-zombie) process, from /proc; empty without /proc."""
+    return {pid: int(fields[1]) for pid, fields in _proc_stats()}
 
 
 def marked(mark: str) -> List[int]:

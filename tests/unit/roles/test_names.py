@@ -7,37 +7,13 @@ in a one-task play on localhost.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from helpers.role_play import run_entry_point as _play
 
 ROOT = Path(__file__).resolve().parents[3]
-COLLECTIONS = ROOT / ".cache" / "ac"
-BIN = Path(sys.executable).parent
-
-
-def _play(tmp_path: Path, role: str, entry: str, extra: dict) -> subprocess.CompletedProcess:
-    play = {
-        "hosts": "localhost",
-        "connection": "local",
-        "gather_facts": False,
-        "tasks": [{"ansible.builtin.import_role": {"name": f"vllm_ops.dflash.{role}", "tasks_from": entry}}],
-    }
-    (tmp_path / "play.yml").write_text(yaml.safe_dump([play]))
-    env = dict(
-        os.environ,
-        ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS),
-        ANSIBLE_PYTHON_INTERPRETER=sys.executable,
-        ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-local"),
-        ANSIBLE_NOCOLOR="1",
-    )
-    argv = [str(BIN / "ansible-playbook"), "-i", "localhost,", "play.yml", "-e", json.dumps(extra)]
-    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600, check=False, cwd=tmp_path)
 
 
 @pytest.mark.slow

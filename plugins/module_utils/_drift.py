@@ -20,13 +20,18 @@ import urllib.error
 import urllib.request
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._build import BuildOptions, build
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._build import BuildOptions, lookup
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import (
     NoRedirectHandler,
     read_json,
     sha256_file,
 )
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._releases import ReleaseError, run_action
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._releases import (
+    ReleaseError,
+    current_path,
+    release_path,
+    run_action,
+)
 
 __all__ = ["DriftError", "FileExpectation", "detect_drift"]
 
@@ -180,7 +185,7 @@ def running_release(unit: str, root: str) -> Optional[Tuple[int, str]]:
             argv = [os.fsdecode(arg) for arg in handle.read().split(b"\0")]
     except OSError:
         return None
-    releases = os.path.join(os.path.realpath(root), "releases") + os.sep
+    releases = release_path(os.path.realpath(root), "")  # `<root>/releases/`, with its separator
     launcher = os.sep + os.path.join("venv", "bin", "vllm")
     for arg in argv:
         if arg.startswith(releases) and arg.endswith(launcher):
@@ -248,9 +253,8 @@ def detect_drift(
     on bad input. Every other difference is a reason, not an error.
     """
     reasons: List[str] = []
-    lookup = build(options, check_mode=True)
-    wanted = lookup["release_name"]
-    exists = not lookup["changed"]
+    found = lookup(options)
+    wanted, exists = found.release_name, found.built
     try:
         state = run_action(options.root, "status", check_mode=True, lock_timeout=lock_timeout)
     except ReleaseError as exc:  # a build or swap holds the lock: the deploy must wait for it, not skip
@@ -260,7 +264,7 @@ def detect_drift(
     statuses = {entry["name"]: entry["status"] for entry in state["releases"]}
     current_status = statuses.get(current) if current else None
     if not exists:
-        reasons.append(f"{wanted or 'the release of ' + options.label} is not built here: {lookup['msg']}")
+        reasons.append(f"{wanted or 'the release of ' + options.label} is not built here: {found.msg}")
     elif current != wanted:
         reasons.append(f"{wanted} is built but {current or 'no release'} serves")
     elif current_status not in good_statuses:
@@ -270,7 +274,7 @@ def detect_drift(
     if running and running[1] != current:
         reasons.append(
             f"the server ({unit}, pid {running[0]}) runs {running[1]}, not {current} that "
-            f"{options.root}/current names: it was started before the last swap"
+            f"{current_path(options.root)} names: it was started before the last swap"
         )
     file_results = []
     for expected in files:
@@ -292,7 +296,7 @@ def detect_drift(
         "unchanged": unchanged,
         "reasons": reasons,
         "msg": "nothing would change" if unchanged else "a deploy would change this host: " + "; ".join(reasons),
-        "commit": lookup["commit"],
+        "commit": found.commit,
         "release_name": wanted,
         "release_exists": exists,
         "current": current,

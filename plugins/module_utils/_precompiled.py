@@ -25,7 +25,7 @@ import os
 import platform
 import re
 import zipfile
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from urllib.parse import unquote
 from urllib.request import build_opener
 
@@ -36,11 +36,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._git import (
     merge_base,
     normalize_repo,
     resolve_commit,
-    rev_parse,
 )
-
-if TYPE_CHECKING:  # the options import MODES from here
-    from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_options import BuildOptions
 
 __all__ = [
     "COMPILED_PATHS",
@@ -54,22 +50,16 @@ __all__ = [
     "WheelInfo",
     "base_dest_ref",
     "base_label",
-    "base_unusable",
     "check_wheel",
     "compile_inputs",
     "compiled_changes",
     "compiled_from_its_sources",
     "decide",
-    "decide_against",
-    "decide_options",
     "local_base_wheels",
     "needs_git",
     "nightly_wheel",
-    "options_need_git",
     "parse_base",
-    "predict_decision",
     "same_repo",
-    "wheel_decision",
     "wheel_info",
 ]
 
@@ -669,96 +659,3 @@ def base_dest_ref(base_url: str) -> str:
 
 def same_repo(base_url: Optional[str], repo: str) -> bool:
     return base_url is None or normalize_repo(base_url) == repo
-
-
-def base_unusable(opts: BuildOptions, label: str, problem: Exception) -> Decision:
-    """The decision when precompiled_base cannot be had: auto builds in full; other modes re-raise."""
-    if opts.precompiled != "auto":
-        raise problem
-    return Decision(False, opts.precompiled, f"precompiled_base {label} is unusable ({problem}): full build")
-
-
-def decide_options(
-    opts: BuildOptions,
-    inputs: Mapping[str, Any],
-    commit: Optional[str] = None,
-    mirror: Optional[str] = None,
-    base_commit: Optional[str] = None,
-    label: str = "main",
-    candidates: Sequence[BaseWheel] = (),
-    check_index: bool = True,
-) -> Decision:
-    """decide() for vllm_build's options: the wheel must fit the build's python (inputs) and this host."""
-    return decide(
-        opts.precompiled,
-        opts.precompiled_wheel,
-        commit,
-        mirror,
-        base_commit,
-        label,
-        candidates,
-        wheel_commit=opts.precompiled_wheel_commit,
-        python_version=inputs.get("python_version"),
-        variant=opts.build_env.get("VLLM_PRECOMPILED_WHEEL_VARIANT"),
-        check_index=check_index,
-    )
-
-
-def options_need_git(opts: BuildOptions) -> bool:
-    """needs_git() for vllm_build's options."""
-    return needs_git(opts.precompiled, opts.precompiled_wheel, opts.precompiled_wheel_commit)
-
-
-def decide_against(
-    opts: BuildOptions,
-    mirror: str,
-    commit: str,
-    base_commit: str,
-    label: str,
-    inputs: Mapping[str, Any],
-    check_index: bool = True,
-) -> Decision:
-    """The decision once the mirror holds the commit and the base (a build's, or check mode's prediction)."""
-    candidates = local_base_wheels(opts.root, inputs)
-    return decide_options(opts, inputs, commit, mirror, base_commit, label, candidates, check_index)
-
-
-def wheel_decision(opts: BuildOptions) -> Optional[Decision]:
-    """auto with a wheel built elsewhere: the building host's decision, taken as made (no repository needed).
-
-    The release then carries mode `auto`, so a later auto lookup on this host accepts it as its own.
-    """
-    if not (opts.wheel and opts.precompiled == "auto" and opts.wheel_precompiled is not None):
-        return None
-    how = "the precompiled path" if opts.wheel_precompiled else "a full build"
-    # The building host's reason travels with its wheel: a stale base wheel shows on every serving host.
-    why = f": {opts.wheel_precompiled_reason}" if opts.wheel_precompiled_reason else ""
-    reason = f"precompiled: auto, decided where the wheel was built ({how}){why}"
-    return Decision(opts.wheel_precompiled, "auto", reason)
-
-
-def predict_decision(opts: BuildOptions, repo: str, mirror: str, commit: str, inputs: Mapping[str, Any]) -> Decision:
-    """The decision in check mode: from the mirror as it is (read only), when it holds what is needed."""
-    taken = wheel_decision(opts)
-    if taken is not None:
-        return taken
-    if not options_need_git(opts):
-        return decide_options(opts, inputs, check_index=False)
-    base_url, base_ref = parse_base(opts.precompiled_base)
-    label = base_label(base_url, base_ref)
-    base_commit = None
-    if os.path.isdir(mirror) and commit_exists(mirror, commit):
-        base_commit = rev_parse(mirror, base_ref if same_repo(base_url, repo) else base_dest_ref(base_url or ""))
-    if base_commit is None:
-        if opts.precompiled == "always":  # precompiled for sure; only the commit to pin needs the mirror
-            reason = (
-                f"precompiled: always (the commit to pin is not known in check mode: the mirror does not hold "
-                f"{commit[:12]} and {label} yet)"
-            )
-            return Decision(True, "always", reason, commit=commit)
-        reason = (
-            f"not decided in check mode: the mirror does not hold {commit[:12]} and {label} yet "
-            "(the release name assumes a full build)"
-        )
-        return Decision(False, opts.precompiled, reason, decided=False)
-    return decide_against(opts, mirror, commit, base_commit, label, inputs, check_index=False)

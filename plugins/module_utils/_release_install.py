@@ -3,7 +3,7 @@
 """Install a released vLLM (`<package>==<version>` from an index, or that release's wheel file): no git.
 
 The other path of vllm_build (`version` set): no clone, no fetch, no build. The release is named
-`<package>-<version>-<inputs8>` (_build.release_name, the one naming function), installed into a new
+`<package>-<version>-<inputs8>` (_build_release.release_name, the one naming function), installed into a new
 release under the build's deadline and host lock, complete when its manifest is written, `current`
 untouched on failure. The commit is what the release says of itself: `__commit_id__` of its installed
 `vllm/_version.py` (setuptools-scm), else the `+g<hash>` of its version, else unknown (null).
@@ -24,21 +24,6 @@ import subprocess
 import time
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._build import (
-    MANIFEST_SCHEMA,
-    _Builder,
-    _failure_message,
-    _no_space_hint,
-    _Paths,
-    _read_manifest,
-    _remove_debris,
-    _result,
-    _serving,
-    _swap_in,
-    inputs_hash,
-    prune_after_build,
-    release_name,
-)
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_host import (
     cache_env,
     find_installer,
@@ -54,7 +39,20 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_options imp
     recorded_build_env,
     recorded_pip_args,
 )
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_paths import Paths, builds_beside, read_manifest
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_release import (
+    MANIFEST_SCHEMA,
+    failure_message,
+    host_locked,
+    inputs_hash,
+    prune_after_build,
+    release_name,
+    remove_debris,
+    swap_in,
+)
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_result import result as build_result
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_status import StatusFile
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._builder import Builder, BuilderOptions, no_space_hint
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import (
     redact_url,
     sha256_file,
@@ -64,13 +62,12 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import (
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._deadline import CommandInterrupted, Deadline, tail
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._git import Resolution
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._installer import Installer
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._lock import LockTimeout, host_lock
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._precompiled import (
     _platform_fits,
     _python_fits,
     wheel_info,
 )
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._releases import remove_hidden_first
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._releases import release_path, remove_hidden_first
 
 __all__ = ["SOURCE", "commit_of_version_file", "describe_index", "driver_cuda", "install_release", "not_on_index"]
 
@@ -264,7 +261,7 @@ def _installed(venv: str, package: str) -> Tuple[Optional[str], Optional[str]]:
     return version, text
 
 
-def _install(opts: BuildOptions, builder: _Builder) -> List[str]:
+def _install(opts: BuildOptions, builder: Builder) -> List[str]:
     """Install the release into the new venv; returns the installer's extra arguments (recorded)."""
     paths = builder.paths
     extra: List[str] = []
@@ -288,10 +285,10 @@ def _install(opts: BuildOptions, builder: _Builder) -> List[str]:
     return extra
 
 
-def _make(opts: BuildOptions, builder: _Builder, name: str, digest: str, inputs: Dict[str, Any]) -> Dict[str, Any]:
+def _make(opts: BuildOptions, builder: Builder, name: str, digest: str, inputs: Dict[str, Any]) -> Dict[str, Any]:
     paths = builder.paths
     started = time.monotonic()
-    _remove_debris(opts.root)
+    remove_debris(opts.root)
     if paths.release == paths.final:
         remove_hidden_first(paths.release)  # debris of a run killed outright (no manifest: we hold the lock)
     builder.note(f"vllm_build {name}: {opts.label} from {describe_index(opts)} (a release: no git)")
@@ -336,7 +333,7 @@ def _make(opts: BuildOptions, builder: _Builder, name: str, digest: str, inputs:
         }
         write_json_atomic(paths.manifest, manifest)  # last: from now on the release exists
         if paths.release != paths.final:
-            _swap_in(paths)
+            swap_in(paths)
         builder.note(f"release {name} complete: {opts.package} {installed}, commit {commit or 'unknown'}")
     except BaseException as exc:
         if paths.release != paths.final:
@@ -347,16 +344,16 @@ def _make(opts: BuildOptions, builder: _Builder, name: str, digest: str, inputs:
         if isinstance(exc, (BuildError, CommandInterrupted, OSError, ValueError)):
             cause = str(exc)
             if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                cause += _no_space_hint(opts.root, "No space left on device")
+                cause += no_space_hint(opts.root, "No space left on device")
             builder.note(f"FAILED: {cause}")
-            raise BuildError(_failure_message(builder.status.scrub(cause), paths.log)) from exc
+            raise BuildError(failure_message(builder.status.scrub(cause), paths.log)) from exc
         raise
     shutil.rmtree(paths.build, ignore_errors=True)
     return manifest
 
 
 def _release_result(opts: BuildOptions, commit: Optional[str], **kwargs: Any) -> Dict[str, Any]:
-    result = _result(opts, Resolution(opts.label, commit, "release"), **kwargs)
+    result = build_result(opts, Resolution(opts.label, commit, "release"), **kwargs)
     manifest: Mapping[str, Any] = kwargs.get("manifest") or {}
     result.update(
         requested_ref=None,
@@ -381,7 +378,7 @@ def install_release(opts: BuildOptions, check_mode: bool, started: float, status
     inputs = _inputs(opts, python, python_version, installer)
     digest = inputs_hash(inputs)
     name = release_name(None, digest, version=opts.version, package=opts.package)
-    release = os.path.join(opts.root, "releases", name)
+    release = release_path(opts.root, name)
 
     def exists(manifest: Mapping[str, Any]) -> Dict[str, Any]:
         return _release_result(
@@ -389,7 +386,7 @@ def install_release(opts: BuildOptions, check_mode: bool, started: float, status
             manifest=manifest, msg=f"{name} exists",
         )  # fmt: skip
 
-    found = _read_manifest(release)
+    found = read_manifest(release)
     if found is not None:
         return exists(found)
     if check_mode:
@@ -397,25 +394,15 @@ def install_release(opts: BuildOptions, check_mode: bool, started: float, status
             opts, None, name=name, digest=digest, started=started, changed=True, built=False, manifest=None,
             msg=f"would install {opts.label} as {name}",
         )  # fmt: skip
-    lock = contextlib.ExitStack()
-    try:
-        lock.enter_context(host_lock(opts.root, deadline.remaining()))
-    except LockTimeout as exc:
-        holder = f"process {exc.holder_pid}" if exc.holder_pid else "another process"
-        raise BuildError(
-            f"{exc.path} is held by {holder} (a build or release swap on this host) for the whole "
-            f"build_timeout={opts.build_timeout:.0f}s that vllm_build waits for it. Fix: wait for that run to "
-            "finish (its progress: build-status.json), or raise build_timeout"
-        ) from exc
-    with lock:
-        found = _read_manifest(release)  # installed by whoever held the lock before us
+    with host_locked(opts, deadline):
+        found = read_manifest(release)  # installed by whoever held the lock before us
         if found is not None:
             return exists(found)
-        beside = _serving(opts.root) == name and os.path.lexists(release)
-        paths = _Paths(opts.root, name, status.data.get("log_path"), staging=beside)
+        paths = Paths(opts.root, name, status.data.get("log_path"), staging=builds_beside(opts.root, name))
         status.update(release_name=name, log_path=paths.log)
         user = dict(os.environ, **opts.build_env)
-        builder = _Builder(opts, paths, deadline, installer, python, status, cache_env(opts.root, installer.name, user))
+        added_env = cache_env(opts.root, installer.name, user)
+        builder = Builder(BuilderOptions.of(opts), paths, deadline, installer, python, status, added_env)
         manifest = _make(opts, builder, name, digest, inputs)
         pruned = prune_after_build(opts.root, opts.keep_releases, name)
     return _release_result(

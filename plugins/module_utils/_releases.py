@@ -38,7 +38,10 @@ __all__ = [
     "STATUSES",
     "WHEELS_DIR",
     "ReleaseError",
+    "current_path",
     "load_state",
+    "manifest_path",
+    "release_path",
     "remove_hidden_first",
     "run_action",
     "run_action_unlocked",
@@ -685,6 +688,21 @@ class _Session:
             "diff": self.diff(),
             "warnings": self.warnings,
         }
+
+
+def release_path(root: str, name: str) -> str:
+    """`<root>/releases/<name>`: where the release `name` lives (the other cores take it from here)."""
+    return os.path.join(root, RELEASES_DIR, name)
+
+
+def manifest_path(release: str) -> str:
+    """The manifest of the release directory `release` (written last: a release without it is incomplete)."""
+    return os.path.join(release, MANIFEST_NAME)
+
+
+def current_path(root: str) -> str:
+    """The `current` link of `root`: what serves."""
+    return os.path.join(root, CURRENT_LINK)
 
 
 def remove_hidden_first(path: str) -> None:

@@ -20,7 +20,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from ansible_collections.vllm_ops.dflash.plugins.module_utils import _build, _wheel_overlay
+from ansible_collections.vllm_ops.dflash.plugins.module_utils import _build, _build_decision, _builder, _wheel_overlay
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build import (
     BuildError,
     BuildOptions,
@@ -108,8 +108,9 @@ def test_rerun_is_a_no_op_without_any_build_step(tiny, fleet, pip_args, monkeypa
     def no_build(*args, **kwargs):
         raise AssertionError("a re-run must not start a build")
 
-    monkeypatch.setattr(_build, "_Builder", no_build)
+    monkeypatch.setattr(_build, "Builder", no_build)
     monkeypatch.setattr(_build, "ensure_mirror", no_build)
+    monkeypatch.setattr(_build_decision, "ensure_mirror", no_build)
     logs = sorted(os.listdir(root / "logs"))
     for key, first in results.items():
         manifest = Path(first["release"], "manifest.json")
@@ -231,7 +232,7 @@ def test_timeout_kills_the_build_and_leaves_no_release(tiny, pip_args, tmp_path)
     final = json.loads((root / "build-status.json").read_text())
     assert final["stage"] == "failed" and "timed out" in final["last_line"]
     assert set(final["stage_seconds"]) == {"resolve", "fetch", "build"}
-    assert budget <= took < budget + _build.KILL_GRACE + 30  # the deadline, not the 600 s sleep
+    assert budget <= took < budget + _builder.KILL_GRACE + 30  # the deadline, not the 600 s sleep
     message = str(info.value)
     pid, tmpdir = marker.read_text().split()
     assert not process_alive(int(pid))
@@ -476,7 +477,7 @@ def test_fixture_engine_python_only_pull_request_is_built_precompiled(pip_args, 
     def refuse(*args, **kwargs):
         raise refused
 
-    monkeypatch.setattr(_build, "link_installed", refuse)
+    monkeypatch.setattr(_builder, "link_installed", refuse)
     for kept in (pull["release"], os.path.dirname(pull["wheel"])):
         shutil.rmtree(kept)  # built again from scratch
     forced = build(engine_options("refs/pull/1/head"))
@@ -650,14 +651,14 @@ def test_a_separate_upstream_is_fetched_into_the_mirror_for_the_decision(tiny, t
     log = str(tmp_path / "fetch.log")
     deadline = Deadline(60)
     ensure_mirror(str(repo), mirror, 60, log, ["refs/pull/1/head"])
-    base = _build._fetch_base(str(repo), mirror, f"{upstream}#v1.0.0", deadline, log)
+    base = _build_decision.fetch_base(str(repo), mirror, f"{upstream}#v1.0.0", deadline, log)
     assert base == shas["c1"]
     opts = BuildOptions(str(repo), "main", root=str(tmp_path / "root"), precompiled_base=f"{upstream}#main")
-    decision = _build._fetch_base_and_decide(opts, str(repo), mirror, shas["p1"], {}, deadline, log)
+    decision = _build_decision.fetch_base_and_decide(opts, str(repo), mirror, shas["p1"], {}, deadline, log)
     assert decision.reason.startswith(f"1 file changed since merge-base {shas['c2'][:12]} with {upstream}#main")
     gone = f"{tmp_path / 'gone'}#main"
     opts.precompiled_base = gone  # auto never fails a build over its base
-    decision = _build._fetch_base_and_decide(opts, str(repo), mirror, shas["p1"], {}, deadline, log)
+    decision = _build_decision.fetch_base_and_decide(opts, str(repo), mirror, shas["p1"], {}, deadline, log)
     assert decision.use is False and decision.reason.startswith(f"precompiled_base {gone} is unusable")
     assert decision.reason.endswith(": full build")
 
@@ -665,17 +666,17 @@ def test_a_separate_upstream_is_fetched_into_the_mirror_for_the_decision(tiny, t
 def test_pip_args_credentials_become_netrc_entries_and_leave_the_urls():
     args = ["-i", "https://ci:p%40ss@pypi.example.com/simple", "--find-links=https://tok@wheels.example.com/x/"]
     args += ["pkg @ https://ci:p%40ss@pypi.example.com/pkg.whl", "--no-index", "ssh://git@host/x.git"]
-    cleaned, netrc = _build._credentials_off_argv(args)
+    cleaned, netrc = _builder._credentials_off_argv(args)
     assert cleaned == [
         "-i", "https://pypi.example.com/simple", "--find-links=https://wheels.example.com/x/",
         "pkg @ https://pypi.example.com/pkg.whl", "--no-index", "ssh://git@host/x.git",
     ]  # fmt: skip
     assert netrc == "machine pypi.example.com login ci password p@ss\nmachine wheels.example.com login tok\n"
-    assert _build._credentials_off_argv(["--no-index"]) == (["--no-index"], "")
+    assert _builder._credentials_off_argv(["--no-index"]) == (["--no-index"], "")
     with pytest.raises(_build.BuildError, match=r"two different credentials for h\.example"):
-        _build._credentials_off_argv(["https://a:1@h.example/s", "https://b:2@h.example/s"])
+        _builder._credentials_off_argv(["https://a:1@h.example/s", "https://b:2@h.example/s"])
     with pytest.raises(_build.BuildError, match="cannot be handed over without the command line"):
-        _build._credentials_off_argv(["https://a:b%20c@h.example/s"])
+        _builder._credentials_off_argv(["https://a:b%20c@h.example/s"])
 
 
 @pytest.mark.parametrize("installer", ["pip", "uv"])
@@ -703,7 +704,7 @@ def test_pip_and_uv_take_the_pip_args_credentials_from_the_netrc(tmp_path, insta
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         url = f"http://ci:s3cr3t@127.0.0.1:{server.server_address[1]}/simple"
-        args, netrc_text = _build._credentials_off_argv(["--index-url", url])
+        args, netrc_text = _builder._credentials_off_argv(["--index-url", url])
         netrc = tmp_path / "netrc"
         netrc.write_text(netrc_text)
         env = dict(os.environ, NETRC=str(netrc), PIP_NO_INPUT="1", UV_CACHE_DIR=str(tmp_path / "uv-cache"))

@@ -11,13 +11,13 @@ import threading
 from pathlib import Path
 
 import pytest
-from ansible_collections.vllm_ops.dflash.plugins.module_utils import _build
+from ansible_collections.vllm_ops.dflash.plugins.module_utils import _build_paths, _builder
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build import BuildError, BuildOptions, build
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._lock import host_lock
 from ansible_collections.vllm_ops.dflash.tests.helpers.tiny_repo import installed_version, make_tiny_repo
 
 SLOW = pytest.mark.slow_build
-STAGING = _build.STAGING_PREFIX
+STAGING = _build_paths.STAGING_PREFIX
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +83,7 @@ def test_the_release_current_names_is_built_beside_and_swapped_never_removed(tin
     assert installed_version(str(root / "current" / "venv")) == json.loads(manifest.read_text())["version"]
     # the swapped-in venv's scripts name its final place, not where it was built
     pip_script = (venv / "bin" / "pip").read_text()
-    assert str(venv) in pip_script and _build.STAGING_PREFIX not in pip_script
+    assert str(venv) in pip_script and _build_paths.STAGING_PREFIX not in pip_script
     assert not [name for name in os.listdir(root / "releases") if name.startswith(".")]
     assert build(opts)["changed"] is False
 
@@ -100,7 +100,7 @@ def test_a_failed_rebuild_of_the_serving_release_leaves_it_as_it_was(tiny, pip_a
     def broken_install(self, wheel, wheel_sha):
         raise BuildError("installing the wheel failed with exit code 1")
 
-    monkeypatch.setattr(_build._Builder, "install", broken_install)
+    monkeypatch.setattr(_builder.Builder, "install", broken_install)
     with pytest.raises(BuildError, match="installing the wheel failed") as info:
         build(opts)
     assert "remove" not in str(info.value).split("Full log:", maxsplit=1)[0]
@@ -171,7 +171,7 @@ def test_credentials_in_pip_args_never_reach_an_argv(tiny, pip_args, built, tmp_
     root = tmp_path / "root"
     args = [*pip_args, "--extra-index-url", "https://__token__:s3cr3t-argv-token@127.0.0.1:9/simple"]
     seen = []
-    real_run = _build.run_command
+    real_run = _builder.run_command
 
     def spy(argv, timeout, **kwargs):
         netrc = kwargs["env"].get("NETRC")
@@ -179,7 +179,7 @@ def test_credentials_in_pip_args_never_reach_an_argv(tiny, pip_args, built, tmp_
         seen.append((list(argv), given))
         return real_run(argv, timeout, **kwargs)
 
-    monkeypatch.setattr(_build, "run_command", spy)
+    monkeypatch.setattr(_builder, "run_command", spy)
     build(_options(tiny, root, args, wheel=built["wheel"], precompiled="never"))
     installs = [(argv, given) for argv, given in seen if "install" in argv]
     assert installs, seen
@@ -234,10 +234,10 @@ def test_debris_of_killed_builds_goes_at_the_next_build(tiny, pip_args, built, t
     killed = root / "build" / "0123456789ab-deadbeef" / "tmp" / "pip-build-env-x1y2"
     killed.mkdir(parents=True)
     (killed / "torch.so").write_text("gigabytes")
-    staged = root / "releases" / f"{_build.STAGING_PREFIX}0123456789ab-deadbeef"
+    staged = root / "releases" / f"{_build_paths.STAGING_PREFIX}0123456789ab-deadbeef"
     staged.mkdir(parents=True)
     # killed between the two renames of a swap: the old one moved away, the complete new one not yet in place
-    swapped = root / "releases" / f"{_build.STAGING_PREFIX}fedcba987654-deadbeef"
+    swapped = root / "releases" / f"{_build_paths.STAGING_PREFIX}fedcba987654-deadbeef"
     swapped.mkdir(parents=True)
     (swapped / "manifest.json").write_text("{}")
     build(_options(tiny, root, pip_args, wheel=built["wheel"], precompiled="never"))

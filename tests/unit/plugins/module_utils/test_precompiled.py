@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_decision import wheel_decision
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_options import BuildOptions
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import write_json_atomic
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._precompiled import (
@@ -20,7 +21,6 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._precompiled impor
     local_base_wheels,
     needs_git,
     parse_base,
-    wheel_decision,
 )
 from ansible_collections.vllm_ops.dflash.tests.helpers.fake_wheel import make_wheel
 from ansible_collections.vllm_ops.dflash.tests.helpers.tiny_repo import commit_files, git

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from ansible_collections.vllm_ops.dflash.plugins.module_utils import _build
+from ansible_collections.vllm_ops.dflash.plugins.module_utils import _build, _build_decision, _builder
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build import BuildError, BuildOptions, build
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_options import OptionError
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._drift import detect_drift
@@ -63,8 +63,14 @@ def no_git(monkeypatch) -> None:
     def refuse(*args, **kwargs):
         raise AssertionError("the release path ran a git step")
 
-    for name in ("resolve_remote", "ensure_mirror", "fetch_ref", "checkout", "fetch_short_sha"):
-        monkeypatch.setattr(_build, name, refuse)
+    steps = {  # where the git run calls each: the run, its fetch of precompiled_base, the checkout
+        _build: ("resolve_remote", "ensure_mirror", "fetch_short_sha"),
+        _build_decision: ("resolve_remote", "ensure_mirror", "fetch_ref"),
+        _builder: ("checkout",),
+    }
+    for core, names in steps.items():
+        for name in names:
+            monkeypatch.setattr(core, name, refuse)
 
 
 def written(root: Path) -> list:

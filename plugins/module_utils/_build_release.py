@@ -1,0 +1,308 @@
+# Copyright (c) vllm_ops.dflash contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""One release attempt: what it builds (Plan, its name), the builder's steps in order, the manifest, the swap in.
+
+A release is `<root>/releases/<sha12>-<inputs8>/` (venv/ + manifest.json). The name is a function of the
+commit and the build inputs. The manifest is written last: a directory without it is debris from an
+interrupted run and is removed. On any failure the half release and the checkout go, the log stays, and
+`current` is never touched. A release `current` names without a valid manifest is built beside it
+(releases/.building-<name>) and swapped in with two renames.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import json
+import os
+import time
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_options import (
+    BuildError,
+    BuildOptions,
+    canonical_package,
+)
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_paths import STAGING_PREFIX, Paths
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._builder import (
+    TAIL_LINES,
+    Builder,
+    no_space_hint,
+    single_wheel,
+)
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import (
+    redact_url,
+    remove_tree_within,
+    sha256_file,
+    utc_now,
+    write_json_atomic,
+)
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._deadline import CommandInterrupted, Deadline, tail
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._git import GitError, Resolution
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._lock import LockTimeout, host_lock
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._precompiled import Decision
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._releases import (
+    RELEASES_DIR,
+    manifest_path,
+    release_path,
+    remove_hidden_first,
+    run_action_unlocked,
+)
+
+__all__ = [
+    "MANIFEST_SCHEMA",
+    "Plan",
+    "failure_message",
+    "host_locked",
+    "inputs_hash",
+    "make_release",
+    "named",
+    "prune_after_build",
+    "release_name",
+    "remove_debris",
+    "swap_in",
+]
+
+MANIFEST_SCHEMA = 1
+
+
+def inputs_hash(inputs: Mapping[str, Any]) -> str:
+    """sha256 of the canonical JSON of the build inputs."""
+    canonical = json.dumps(inputs, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def release_name(commit: Optional[str], digest: str, version: Optional[str] = None, package: str = "vllm") -> str:
+    """The one naming function: `<sha12>-<inputs8>` of a git commit, `<package>-<version>-<inputs8>` of a
+    release from an index (_release_install). _releases.RELEASE_NAME matches both."""
+    if version:
+        return f"{canonical_package(package)}-{version}-{digest[:8]}"
+    return f"{(commit or '')[:12]}-{digest[:8]}"
+
+
+def host_locked(opts: BuildOptions, deadline: Deadline) -> contextlib.ExitStack:
+    """The host lock a release attempt runs under (held for the caller's `with`), taken within the deadline;
+    else a BuildError naming who holds it."""
+    lock = contextlib.ExitStack()
+    try:
+        lock.enter_context(host_lock(opts.root, deadline.remaining()))
+    except LockTimeout as exc:
+        holder = f"process {exc.holder_pid}" if exc.holder_pid else "another process"
+        raise BuildError(
+            f"{exc.path} is held by {holder} (a build or release swap on this host) for the whole "
+            f"build_timeout={opts.build_timeout:.0f}s that vllm_build waits for it. Fix: wait for that run to "
+            "finish (its progress: build-status.json), or raise build_timeout"
+        ) from exc
+    return lock
+
+
+def prune_after_build(root: str, keep: int, made: str) -> List[str]:
+    """vllm_release's prune, run by the build that holds the host lock, never removing the release it made.
+
+    keep < 1 disables pruning after a build (the module's keep_releases=0), where vllm_release's own
+    prune with 0 keeps only the current and previous releases. Returns the names removed.
+    """
+    if keep < 1:
+        return []
+    return list(run_action_unlocked(root, "prune", keep_releases=keep, protect=[made])["pruned"])
+
+
+def _check_wheel_sha256(wheel: str, expected: Optional[str]) -> None:
+    """A wheel given from elsewhere is installed only with the sha256 its build gave it (issue 28 case 2): the
+    copy taken into wheels/<name>/ is what is hashed, and removed on a mismatch (a later run would reuse it)."""
+    if not expected:
+        return
+    found = sha256_file(wheel)
+    if found != expected.strip().lower():
+        os.unlink(wheel)
+        raise BuildError(
+            f"the wheel {os.path.basename(wheel)} has sha256 {found}, not {expected.strip().lower()} (wheel_sha256, "
+            "the build's): it was altered after its build or on the way. Nothing was installed and every release "
+            "is as it was. Fix: rebuild or copy the wheel again from the building host"
+        )
+
+
+def _wheel_version(path: str) -> str:
+    parts = os.path.basename(path).split("-")
+    return parts[1] if len(parts) >= 5 else ""
+
+
+def named(commit: str, inputs: Mapping[str, Any], use_precompiled: bool) -> Tuple[str, str]:
+    """(digest, release name): the precompiled decision is a build input, its environment is not."""
+    digest = inputs_hash(dict(inputs, precompiled=use_precompiled))
+    return digest, release_name(commit, digest)
+
+
+def failure_message(cause: str, log_path: str) -> str:
+    return (
+        f"{cause}. The release was not created and `current` is unchanged. "
+        f"Full log: {log_path}\n--- last lines of the log ---\n{tail(log_path, TAIL_LINES)}"
+    )
+
+
+class Plan:
+    """What one release attempt builds: the commit, its inputs, the precompiled decision and the name."""
+
+    def __init__(
+        self,
+        resolution: Resolution,
+        repo: str,
+        mirror: str,
+        inputs: Dict[str, Any],
+        decision: Decision,
+        max_jobs: Mapping[str, str],
+        added_env: Mapping[str, str],
+    ) -> None:
+        self.resolution = resolution
+        self.commit = resolution.commit or ""
+        self.repo = repo
+        self.mirror = mirror
+        self.decision = decision
+        self.inputs = dict(inputs, precompiled=decision.use)
+        self.digest, self.name = named(self.commit, inputs, decision.use)
+        self.max_jobs = dict(max_jobs)
+        self.added_env = dict(added_env)
+        self.existing: Optional[Dict[str, Any]] = None  # the manifest, when the release exists already
+
+
+def remove_debris(root: str) -> None:
+    """Checkouts and staged releases of builds that were killed outright (we hold the host lock: no other
+    build runs). Their TMPDIR, with pip's build environments, is inside the checkout's directory."""
+    with contextlib.suppress(FileNotFoundError):
+        for name in os.listdir(os.path.join(root, "build")):
+            remove_tree_within(root, os.path.join(root, "build", name))
+    releases = os.path.join(root, RELEASES_DIR)
+    with contextlib.suppress(FileNotFoundError):
+        for name in sorted(os.listdir(releases)):
+            staged = os.path.join(releases, name)
+            final = os.path.join(releases, name[len(STAGING_PREFIX) :])
+            if not name.startswith(STAGING_PREFIX):
+                continue
+            if not os.path.lexists(final) and os.path.isfile(manifest_path(staged)):
+                os.rename(staged, final)  # killed between the two renames of a swap: finish it
+            else:
+                remove_tree_within(root, staged)
+
+
+def _relocate_venv(venv: str, old: str, new: str) -> None:
+    """Make the venv at `venv`, created as `old`, right for the path `new`: its scripts' shebangs, the
+    activate files and pyvenv.cfg name the path the venv was created at (its python finds itself)."""
+    candidates = [os.path.join(venv, "pyvenv.cfg")]
+    bin_dir = os.path.join(venv, "bin")
+    with contextlib.suppress(FileNotFoundError):
+        candidates += [os.path.join(bin_dir, name) for name in os.listdir(bin_dir)]
+    for path in candidates:
+        if os.path.islink(path) or not os.path.isfile(path) or os.path.getsize(path) > 1024**2:
+            continue
+        with open(path, "rb") as handle:
+            data = handle.read()
+        if old.encode() in data:
+            mode = os.stat(path).st_mode
+            tmp = path + ".relocate"
+            with open(tmp, "wb") as handle:
+                handle.write(data.replace(old.encode(), new.encode()))
+            os.chmod(tmp, mode)
+            os.replace(tmp, path)
+
+
+def swap_in(paths: Paths) -> None:
+    """Put the release built beside its final place there: the old directory (incomplete, named by
+    `current`) is renamed away and the new one renamed in, two renames in one directory."""
+    _relocate_venv(paths.venv, paths.venv, os.path.join(paths.final, "venv"))
+    old = os.path.join(os.path.dirname(paths.final), f"{STAGING_PREFIX}{os.path.basename(paths.final)}.old")
+    remove_tree_within(paths.root, old)
+    os.rename(paths.final, old)
+    os.rename(paths.release, paths.final)
+    remove_tree_within(paths.root, old)
+
+
+def make_release(opts: BuildOptions, builder: Builder, plan: Plan) -> Dict[str, Any]:
+    paths = builder.paths
+    status = builder.status
+    started = time.monotonic()
+    remove_debris(opts.root)
+    if not paths.release.startswith(release_path(opts.root, STAGING_PREFIX)):
+        remove_hidden_first(paths.release)  # debris of a run that was killed outright (no manifest: we hold the lock)
+    builder.note(f"vllm_build {plan.name}: {redact_url(plan.repo)} {opts.ref} -> {plan.commit}")
+    if paths.release != paths.final:
+        builder.note(
+            f"{paths.final} has no valid manifest.json but `current` names it: building beside it "
+            f"({paths.release}) and swapping it in when complete; what serves stays until then"
+        )
+    builder.note("inputs: " + json.dumps(plan.inputs, sort_keys=True))
+    builder.note(f"precompiled: {'yes' if plan.decision.use else 'no'}: {plan.decision.reason}")
+    builder.note(f"MAX_JOBS={plan.max_jobs['value']} ({plan.max_jobs['source']})")
+    added = {key: redact_url(value) for key, value in plan.added_env.items()}
+    builder.note("environment added by vllm_build (not build inputs): " + json.dumps(added, sort_keys=True))
+    build_torch = None
+    try:
+        if opts.wheel:
+            wheel = builder.adopt_wheel(opts.wheel)
+            source = "wheel"
+            _check_wheel_sha256(wheel, opts.wheel_sha256)
+        else:
+            wheel = single_wheel(paths.wheels) or ""
+            source = "build" if not wheel else "wheel"
+            if wheel:
+                builder.note(f"reusing the wheel built earlier: {wheel}")
+            else:
+                status.stage("fetch", f"checking out {plan.commit[:12]}")
+                builder.checkout(plan.mirror, plan.commit)
+        status.stage("install" if wheel else "build", "creating the venv")
+        builder.create_venv()
+        if not wheel:
+            if not opts.build_isolation:
+                builder.install_build_requirements(paths.src, keep_torch=plan.inputs.get("torch") is None)
+                build_torch = builder.venv_torch()
+                builder.note(f"the wheel builds against the venv's torch: {build_torch or 'none'}")
+            wheel = builder.build_wheel(paths.src)
+            status.stage("install", f"installing {os.path.basename(wheel)}")
+        wheel_sha = sha256_file(wheel)
+        builder.install(wheel, wheel_sha)
+        manifest = {
+            "schema": MANIFEST_SCHEMA,
+            "name": plan.name,
+            "commit": plan.commit,
+            "requested_ref": opts.ref,
+            "resolved_ref": plan.resolution.full_ref,
+            "repo": redact_url(plan.repo),
+            "inputs": plan.inputs,
+            "inputs_hash": plan.digest,
+            "wheel": {"path": wheel, "sha256": wheel_sha},
+            "version": _wheel_version(wheel),
+            "built_at": utc_now(),
+            "build_seconds": round(time.monotonic() - started, 3),
+            "stage_seconds": status.durations(),
+            "log_path": paths.log,
+            "source": source,
+            "install": builder.install_record,
+            "build_torch": build_torch,
+            "precompiled": plan.decision.use,
+            "precompiled_reason": plan.decision.reason,
+            "precompiled_details": plan.decision.details(),
+            "wheel_tags": builder.tags,
+            "max_jobs": plan.max_jobs,
+            "added_env": added,
+        }
+        # Last: from now on the release exists. 0600: what the masking rule misses is still no one else's.
+        write_json_atomic(paths.manifest, manifest, mode=0o600)
+        if paths.release != paths.final:
+            swap_in(paths)
+            builder.note(f"swapped the new {plan.name} in place of the incomplete one")
+        builder.note(f"release {plan.name} complete")
+    except BaseException as exc:
+        if paths.release != paths.final:
+            remove_tree_within(opts.root, paths.release)  # the serving directory stays as it was
+        else:
+            remove_hidden_first(paths.release)
+        remove_tree_within(opts.root, paths.build)
+        if isinstance(exc, (BuildError, CommandInterrupted, GitError, OSError, ValueError)):
+            cause = str(exc)
+            if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                cause += no_space_hint(opts.root, "No space left on device")
+            builder.note(f"FAILED: {cause}")
+            raise BuildError(failure_message(builder.status.scrub(cause), paths.log)) from exc
+        raise
+    remove_tree_within(opts.root, paths.build)
+    return manifest

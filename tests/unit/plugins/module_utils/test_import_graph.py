@@ -1,0 +1,85 @@
+"""The cores under plugins/module_utils import each other without a cycle (every import, also in a function)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Dict, List, Set
+
+import pytest
+
+CORES = Path(__file__).resolve().parents[4] / "plugins" / "module_utils"
+PACKAGE = "ansible_collections.vllm_ops.dflash.plugins.module_utils"
+
+
+def imported_cores(source: str) -> Set[str]:
+    """The sibling cores a source imports: `from <package>._x import ...`, `from <package> import _x`."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            if node.module.startswith(PACKAGE + "._"):
+                found.add(node.module[len(PACKAGE) + 1 :].split(".")[0])
+            elif node.module == PACKAGE:
+                found.update(alias.name for alias in node.names if alias.name.startswith("_"))
+        elif isinstance(node, ast.Import):
+            found.update(
+                alias.name[len(PACKAGE) + 1 :].split(".")[0]
+                for alias in node.names
+                if alias.name.startswith(PACKAGE + "._")
+            )
+    return found
+
+
+def a_cycle(graph: Dict[str, Set[str]]) -> List[str]:
+    """One import cycle of `graph` (the path, its first name again at the end), or [] when there is none."""
+    state: Dict[str, int] = {}  # 1: on the path, 2: done
+    path: List[str] = []
+
+    def visit(name: str) -> List[str]:
+        state[name] = 1
+        path.append(name)
+        for other in sorted(graph.get(name, ())):
+            if state.get(other) == 1:
+                return [*path[path.index(other) :], other]
+            if other not in state:
+                found = visit(other)
+                if found:
+                    return found
+        path.pop()
+        state[name] = 2
+        return []
+
+    for name in sorted(graph):
+        if name not in state:
+            found = visit(name)
+            if found:
+                return found
+    return []
+
+
+def test_the_cores_import_each_other_without_a_cycle():
+    graph = {path.stem: imported_cores(path.read_text()) for path in sorted(CORES.glob("_*.py"))}
+    assert len(graph) > 20  # the walk found the cores
+    assert a_cycle(graph) == [], " -> ".join(a_cycle(graph))
+
+
+@pytest.mark.parametrize(
+    ("graph", "cycle"),
+    [
+        ({"_a": {"_b"}, "_b": {"_c"}, "_c": set()}, []),
+        ({"_a": {"_b"}, "_b": {"_a"}}, ["_a", "_b", "_a"]),
+        ({"_a": {"_b"}, "_b": {"_c"}, "_c": {"_b"}}, ["_b", "_c", "_b"]),
+    ],
+)
+def test_a_cycle_is_found(graph, cycle):
+    assert a_cycle(graph) == cycle
+
+
+def test_imports_in_a_function_and_of_the_package_count():
+    source = (
+        f"from {PACKAGE}._common import utc_now\n"
+        f"from {PACKAGE} import _git\n"
+        f"def later():\n    from {PACKAGE}._release_install import install_release\n"
+        "import os\n"
+    )
+    assert imported_cores(source) == {"_common", "_git", "_release_install"}

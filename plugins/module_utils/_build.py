@@ -22,9 +22,9 @@ import time
 from typing import Any, Dict, Mapping, NamedTuple, Optional, Tuple
 
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_decision import (
-    decide_options,
+    decide_for,
     fetch_base_and_decide,
-    options_need_git,
+    needs_mirror,
     predict_decision,
     wheel_decision,
 )
@@ -325,11 +325,9 @@ def _plan(
     The plan's `existing` is the manifest when the decided release turns out to exist already.
     """
     commit = resolution.commit or ""
-    decision = wheel_decision(opts)
+    decision = None if needs_mirror(opts) else decide_for(opts, inputs)
     need_source = not opts.wheel
     name = None
-    if decision is None and not options_need_git(opts):
-        decision = decide_options(opts, inputs)  # the wheel must fit the build's python
     if decision is not None:
         name = named(commit, inputs, decision.use)[1]
         need_source = need_source and single_wheel(wheels_path(opts.root, name)) is None

@@ -10,7 +10,7 @@ predicts the decision in check mode from the mirror as it is.
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional
 
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_options import BuildOptions
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import redact_url
@@ -26,7 +26,6 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._git import (
     rev_parse,
 )
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._precompiled import (
-    BaseWheel,
     Decision,
     PrecompiledError,
     base_dest_ref,
@@ -38,36 +37,39 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._precompiled impor
     same_repo,
 )
 
-__all__ = [
-    "base_unusable",
-    "decide_against",
-    "decide_options",
-    "fetch_base",
-    "fetch_base_and_decide",
-    "options_need_git",
-    "predict_decision",
-    "wheel_decision",
-]
+__all__ = ["decide_for", "fetch_base", "fetch_base_and_decide", "needs_mirror", "predict_decision", "wheel_decision"]
 
 
-def base_unusable(opts: BuildOptions, label: str, problem: Exception) -> Decision:
+def _base_unusable(opts: BuildOptions, label: str, problem: Exception) -> Decision:
     """The decision when precompiled_base cannot be had: auto builds in full; other modes re-raise."""
     if opts.precompiled != "auto":
         raise problem
     return Decision(False, opts.precompiled, f"precompiled_base {label} is unusable ({problem}): full build")
 
 
-def decide_options(
+def needs_mirror(opts: BuildOptions) -> bool:
+    """Whether the decision needs the commit and precompiled_base in the mirror; else decide_for(opts, inputs)."""
+    return wheel_decision(opts) is None and needs_git(
+        opts.precompiled, opts.precompiled_wheel, opts.precompiled_wheel_commit
+    )
+
+
+def decide_for(
     opts: BuildOptions,
     inputs: Mapping[str, Any],
     commit: Optional[str] = None,
     mirror: Optional[str] = None,
     base_commit: Optional[str] = None,
     label: str = "main",
-    candidates: Sequence[BaseWheel] = (),
     check_index: bool = True,
 ) -> Decision:
-    """decide() for vllm_build's options: the wheel must fit the build's python (inputs) and this host."""
+    """The decision of vllm_build's options, the one way the build gets it: the building host's (a wheel built
+    elsewhere, wheel_decision), else decide() fed by the options, the wheel fitting the build's python
+    (inputs) and this host. With the mirror (needs_mirror) it diffs the commit against the base and this
+    host's base wheels."""
+    taken = wheel_decision(opts)
+    if taken is not None:
+        return taken
     return decide(
         opts.precompiled,
         opts.precompiled_wheel,
@@ -75,31 +77,12 @@ def decide_options(
         mirror,
         base_commit,
         label,
-        candidates,
+        local_base_wheels(opts.root, inputs) if mirror else (),
         wheel_commit=opts.precompiled_wheel_commit,
         python_version=inputs.get("python_version"),
         variant=opts.build_env.get("VLLM_PRECOMPILED_WHEEL_VARIANT"),
         check_index=check_index,
     )
-
-
-def options_need_git(opts: BuildOptions) -> bool:
-    """needs_git() for vllm_build's options."""
-    return needs_git(opts.precompiled, opts.precompiled_wheel, opts.precompiled_wheel_commit)
-
-
-def decide_against(
-    opts: BuildOptions,
-    mirror: str,
-    commit: str,
-    base_commit: str,
-    label: str,
-    inputs: Mapping[str, Any],
-    check_index: bool = True,
-) -> Decision:
-    """The decision once the mirror holds the commit and the base (a build's, or check mode's prediction)."""
-    candidates = local_base_wheels(opts.root, inputs)
-    return decide_options(opts, inputs, commit, mirror, base_commit, label, candidates, check_index)
 
 
 def wheel_decision(opts: BuildOptions) -> Optional[Decision]:
@@ -118,11 +101,8 @@ def wheel_decision(opts: BuildOptions) -> Optional[Decision]:
 
 def predict_decision(opts: BuildOptions, repo: str, mirror: str, commit: str, inputs: Mapping[str, Any]) -> Decision:
     """The decision in check mode: from the mirror as it is (read only), when it holds what is needed."""
-    taken = wheel_decision(opts)
-    if taken is not None:
-        return taken
-    if not options_need_git(opts):
-        return decide_options(opts, inputs, check_index=False)
+    if not needs_mirror(opts):
+        return decide_for(opts, inputs, check_index=False)
     base_url, base_ref = parse_base(opts.precompiled_base)
     label = base_label(base_url, base_ref)
     base_commit = None
@@ -140,7 +120,7 @@ def predict_decision(opts: BuildOptions, repo: str, mirror: str, commit: str, in
             "(the release name assumes a full build)"
         )
         return Decision(False, opts.precompiled, reason, decided=False)
-    return decide_against(opts, mirror, commit, base_commit, label, inputs, check_index=False)
+    return decide_for(opts, inputs, commit, mirror, base_commit, label, check_index=False)
 
 
 def fetch_base(repo: str, mirror: str, base: str, deadline: Deadline, log: str) -> str:
@@ -171,5 +151,5 @@ def fetch_base_and_decide(
     try:
         base_commit = fetch_base(repo, mirror, opts.precompiled_base, deadline, log)
     except (GitError, PrecompiledError) as exc:
-        return base_unusable(opts, label, exc)
-    return decide_against(opts, mirror, commit, base_commit, label, inputs)
+        return _base_unusable(opts, label, exc)
+    return decide_for(opts, inputs, commit, mirror, base_commit, label)

@@ -140,6 +140,9 @@ class BaseWheel:
 class Decision:
     """Whether this build uses the precompiled path, and why (one sentence a person can check).
 
+    decide() makes it from plain values, _build_decision.decide_for from vllm_build's options (the build's one
+    way to get it); every field but use/mode/reason is passed by name.
+
     `wheel_commit` is the commit the base wheel's compiled parts are of (auto diffs the ref against it),
     or the one `always` pins for vLLM's own lookup; `commit` the ref's.
     """
@@ -149,6 +152,7 @@ class Decision:
         use: bool,
         mode: str,
         reason: str,
+        *,
         wheel_location: Optional[str] = None,
         merge_base: Optional[str] = None,
         base: Optional[str] = None,
@@ -611,8 +615,8 @@ def _always(
     if location:
         reason = f"precompiled: always (the diff is not checked; base wheel {redact_url(location)})"
         source = "precompiled_wheel_commit" if explicit else None
-        return Decision(True, "always", reason, location, merged, commit=commit, wheel_commit=explicit,
-                        wheel_commit_source=source)  # fmt: skip
+        return Decision(True, "always", reason, wheel_location=location, merge_base=merged, commit=commit,
+                        wheel_commit=explicit, wheel_commit_source=source)  # fmt: skip
     pinned = explicit or merged
     if not pinned:
         raise PrecompiledError(
@@ -629,7 +633,7 @@ def _always(
         f"precompiled: always (the diff is not checked; the wheel of {pinned[:12]} ({source}) from "
         f"{found}; VLLM_PRECOMPILED_WHEEL_COMMIT pinned, never the nightly)"
     )
-    return Decision(True, "always", reason, None, merged, base_label, commit=commit, wheel_commit=pinned,
+    return Decision(True, "always", reason, merge_base=merged, base=base_label, commit=commit, wheel_commit=pinned,
                     wheel_commit_source=source)  # fmt: skip
 
 

@@ -360,14 +360,7 @@ from typing import Any, Dict
 from urllib.parse import urlsplit
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._gate import (
-    GateError,
-    GateSettings,
-    plan_gate,
-    run_gate,
-    summary_line,
-    write_reports,
-)
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._gate import GateError, GateSettings, plan_gate, run_gate
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._gate_history import (
     RULES,
     HistoryError,
@@ -375,6 +368,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._gate_history impo
     baseline_result,
     save_result,
 )
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._gate_report import summary_line, write_reports
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._workload import WorkloadError, load_workload
 
 FIGURES = (

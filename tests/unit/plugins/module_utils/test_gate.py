@@ -16,15 +16,12 @@ from pathlib import Path
 
 import pytest
 from ansible_collections.vllm_ops.dflash.plugins.module_utils import _metrics
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._gate import (
-    GateError,
-    GateSettings,
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._gate import GateError, GateSettings, evaluate, run_gate
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._gate_client import display_url
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._gate_report import (
     _bar,
-    display_url,
-    evaluate,
     render_markdown,
     report_paths,
-    run_gate,
     write_reports,
 )
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._metrics import Z95, AcceptanceStats
@@ -604,9 +601,9 @@ def test_a_huge_metrics_page_is_cut_off_at_the_cap():
 
 
 def _gate_module():
-    from ansible_collections.vllm_ops.dflash.plugins.module_utils import _gate
+    from ansible_collections.vllm_ops.dflash.plugins.module_utils import _gate_client
 
-    return _gate
+    return _gate_client
 
 
 @pytest.mark.parametrize("tokens", ["many", 1.5, -3, True, None])
@@ -631,8 +628,8 @@ def test_credentials_in_the_url_are_refused_and_never_shown():
 
 # ---------------------------------------------------------------------- workload and relative rules
 
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._gate import summary_line  # noqa: E402
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._gate_history import RelativeRules  # noqa: E402
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._gate_report import summary_line  # noqa: E402
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._workload import load_workload  # noqa: E402
 
 WORKLOAD = {

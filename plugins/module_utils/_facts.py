@@ -33,6 +33,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._capability_script
     parse_capability_output,
 )
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import read_json, redact_url
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._releases import current_path, manifest_path
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._version import (
     VersionError,
     commit_matches,
@@ -458,12 +459,12 @@ def _commit_facts(
 
 def _read_manifest(release: str, warnings: List[str]) -> Optional[Dict[str, Any]]:
     try:
-        manifest = read_json(os.path.join(release, "manifest.json"), None)
+        manifest = read_json(manifest_path(release), None)
     except (ValueError, OSError) as exc:
         warnings.append(f"{exc}; ignoring the manifest")
         return None
     if manifest is not None and not isinstance(manifest, dict):
-        warnings.append(f"{release}/manifest.json is not a JSON object; ignoring it")
+        warnings.append(f"{manifest_path(release)} is not a JSON object; ignoring it")
         return None
     return manifest
 
@@ -573,7 +574,7 @@ def gather_capabilities(
             "capabilities_path": None,
         }
     cached_now = False
-    if not check_mode and os.path.isfile(os.path.join(release, "manifest.json")):
+    if not check_mode and os.path.isfile(manifest_path(release)):
         try:
             _write_capabilities(path, capabilities)
             cached_now = True
@@ -610,7 +611,7 @@ def gather_facts(
     """
     parsed_probes = parse_probes(probes)
     requirements = _parse_requirements(required_extensions)
-    venv = venv or os.path.join(root, "current", "venv")
+    venv = venv or os.path.join(current_path(root), "venv")
     python = os.path.join(venv, "bin", "python")
     if not os.path.isdir(venv):
         raise FactsError(

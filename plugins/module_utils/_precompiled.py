@@ -37,6 +37,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._git import (
     normalize_repo,
     resolve_commit,
 )
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._releases import RELEASES_DIR, manifest_path
 
 __all__ = [
     "COMPILED_PATHS",
@@ -372,7 +373,7 @@ def local_base_wheels(root: str, inputs: Mapping[str, Any]) -> List[BaseWheel]:
 
     Only releases whose compiled modules match their own commit: full builds and auto-precompiled ones.
     """
-    releases = os.path.join(root, "releases")
+    releases = os.path.join(root, RELEASES_DIR)
     if not os.path.isdir(releases):
         return []
     wanted = compile_inputs(inputs)
@@ -381,7 +382,7 @@ def local_base_wheels(root: str, inputs: Mapping[str, Any]) -> List[BaseWheel]:
         if name.startswith("."):
             continue
         try:
-            manifest = read_json(os.path.join(releases, name, "manifest.json"), None)
+            manifest = read_json(manifest_path(os.path.join(releases, name)), None)
         except ValueError:
             continue  # a corrupt manifest lends nothing; vllm_release reports it
         if not isinstance(manifest, dict) or not isinstance(manifest.get("inputs"), dict):

@@ -2,8 +2,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """What is installed in a release venv: vLLM's version and commit, its compiled extensions, probes.
 
-vLLM is never imported into this interpreter (the target's system Python). A probe script runs in the
-venv's own python: it finds the `vllm` package without executing `vllm/__init__.py`, reads the
+vLLM is never imported into this interpreter (the target's system Python). A probe script (_facts_script)
+runs in the venv's own python: it finds the `vllm` package without executing `vllm/__init__.py`, reads the
 distribution metadata, imports torch, then loads every `vllm/**/*.so` by file path and reports each
 result as one line of a sentinel-prefixed event stream on stdout. Events are streamed rather than
 printed at the end so that an extension that kills the interpreter (a segfault on a torch/CUDA
@@ -33,6 +33,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._capability_script
     parse_capability_output,
 )
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import read_json, redact_url
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._facts_script import PROBE_SCRIPT
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._releases import current_path, manifest_path
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._version import (
     VersionError,
@@ -45,7 +46,6 @@ __all__ = [
     "CAPABILITIES_FILE",
     "DEFAULT_CAPABILITIES_TIMEOUT",
     "DEFAULT_REQUIRED_EXTENSIONS",
-    "PROBE_SCRIPT",
     "FactsError",
     "gather_facts",
     "has_gpu_driver",
@@ -71,132 +71,6 @@ _STDERR_TAIL = 2000
 # takes 86 s on a busy 2-core host, so each release pays it once (at the gather right after its build).
 CAPABILITIES_FILE = "capabilities.json"
 DEFAULT_CAPABILITIES_TIMEOUT = 300.0
-
-# Runs in the release venv with `python -I` (no cwd, no PYTHON* variables on sys.path): Python 3.8+,
-# standard library only. Keep it free of newer syntax; a unit test parses it with feature_version 3.8.
-PROBE_SCRIPT = r'''
-import importlib.machinery
-import importlib.util
-import json
-import os
-import platform
-import sys
-
-MARK = "@@vllm_facts@@"  # replaced by the per-run mark given in argv (extension output cannot forge it)
-
-
-def emit(event, **data):
-    data["event"] = event
-    # The leading newline keeps the mark at the start of a line even after unterminated extension output.
-    sys.stdout.write("\n" + MARK + " " + json.dumps(data) + "\n")
-    sys.stdout.flush()
-
-
-def error_text(exc):
-    return "%s: %s" % (type(exc).__name__, exc)
-
-
-def metadata_of(name):
-    try:
-        from importlib import metadata
-        dist = metadata.distribution(name)
-    except Exception as exc:
-        return {"error": error_text(exc)}
-    info = {"version": dist.version, "direct_url": None}
-    try:
-        text = dist.read_text("direct_url.json")
-        info["direct_url"] = json.loads(text) if text else None
-    except Exception as exc:
-        info["direct_url_error"] = error_text(exc)
-    return info
-
-
-def extension_files(package_dir):
-    """(module, path, importable suffix?) for every .so, the one `import` would pick per module name."""
-    suffixes = list(importlib.machinery.EXTENSION_SUFFIXES)
-    chosen = {}
-    parent = os.path.dirname(package_dir)
-    for dirpath, dirnames, filenames in os.walk(package_dir):
-        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
-        for filename in sorted(filenames):
-            if not filename.endswith(".so"):
-                continue
-            stem = filename.split(".", 1)[0]
-            suffix = filename[len(stem):]
-            rank = suffixes.index(suffix) if suffix in suffixes else len(suffixes)
-            relative = os.path.relpath(os.path.join(dirpath, stem), parent)
-            module = ".".join(relative.split(os.sep))
-            path = os.path.join(dirpath, filename)
-            if module not in chosen or rank < chosen[module][0]:
-                chosen[module] = (rank, path, suffix)
-    found = []
-    for module in sorted(chosen):
-        rank, path, suffix = chosen[module]
-        found.append({"module": module, "path": path, "suffix_ok": rank < len(suffixes), "suffix": suffix})
-    return found, suffixes
-
-
-def load(module, path):
-    spec = importlib.util.spec_from_file_location(module, path)
-    if spec is None or spec.loader is None:
-        raise ImportError("no loader for " + path)
-    loaded = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(loaded)
-
-
-def main():
-    global MARK
-    options = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
-    MARK = options.get("mark", MARK)
-    skip = set(options.get("skip", []))
-    not_loaded = set(options.get("not_loaded", []))
-    env = {"python_version": platform.python_version(), "executable": sys.executable, "package_dir": None}
-    try:
-        spec = importlib.util.find_spec("vllm")  # a top-level find_spec executes nothing of the package
-    except Exception as exc:
-        spec = None
-        env["find_spec_error"] = error_text(exc)
-    if spec is None or spec.submodule_search_locations is None:
-        env["not_a_package"] = spec is not None
-        emit("env", **env)
-        emit("done")
-        return
-    package_dir = os.path.realpath(list(spec.submodule_search_locations)[0])
-    env["package_dir"] = package_dir
-    env["metadata"] = metadata_of(options.get("distribution") or "vllm")
-    env["extensions"], env["extension_suffixes"] = extension_files(package_dir)
-    emit("env", **env)
-
-    if options.get("torch", True):
-        if importlib.util.find_spec("torch") is None:
-            emit("torch", present=False)
-        else:
-            emit("loading", module="torch", path=None)
-            try:
-                import torch
-                emit("torch", present=True, version=str(torch.__version__), cuda=torch.version.cuda)
-            except BaseException as exc:
-                emit("torch", present=True, error=error_text(exc))
-
-    for item in env["extensions"]:
-        if item["path"] in skip or item["module"] in not_loaded:
-            continue
-        if not item["suffix_ok"]:
-            message = "%s cannot be imported by Python %s: suffix %s is not one of %s" % (
-                item["path"], env["python_version"], item["suffix"], ", ".join(env["extension_suffixes"]))
-            emit("extension", module=item["module"], path=item["path"], ok=False, error=message)
-            continue
-        emit("loading", module=item["module"], path=item["path"])
-        try:
-            load(item["module"], item["path"])
-            emit("extension", module=item["module"], path=item["path"], ok=True, error=None)
-        except BaseException as exc:
-            emit("extension", module=item["module"], path=item["path"], ok=False, error=error_text(exc))
-    emit("done")
-
-
-main()
-'''
 
 
 class FactsError(Exception):

@@ -24,11 +24,11 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils import _facts
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._facts import (
     CAPABILITIES_FILE,
     DEFAULT_REQUIRED_EXTENSIONS,
-    PROBE_SCRIPT,
     FactsError,
     gather_facts,
     parse_probes,
 )
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._facts_script import PROBE_SCRIPT
 from ansible_collections.vllm_ops.dflash.tests.helpers.engine_venv import engine_venv
 
 COMMIT = "3cfc8f8b7a1b2c3d4e5f60718293a4b5c6d7e8f9"

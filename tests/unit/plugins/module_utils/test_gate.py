@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from ansible_collections.vllm_ops.dflash.plugins.module_utils import _metrics
+from ansible_collections.vllm_ops.dflash.plugins.module_utils import _metrics, _metrics_parse
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._gate import GateError, GateSettings, evaluate, run_gate
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._gate_client import display_url
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._gate_report import (
@@ -91,7 +91,7 @@ def test_gate_without_prometheus_client_uses_the_stdlib_parser(monkeypatch):
     reports = []
     for available in (True, False):
         if not available:
-            monkeypatch.setattr(_metrics, "_prometheus_parser", None)
+            monkeypatch.setattr(_metrics_parse, "_prometheus_parser", None)
         with FakeVLLM(accepted_pattern=(4, 0, 2)) as fake:
             reports.append(run_gate(settings(fake.url)).report)
     assert [r["parser"] for r in reports] == ["prometheus_client", "stdlib"]

@@ -14,6 +14,9 @@ Without a known base wheel, or when the wheel's commit is not in the repository,
 `always` without a wheel pins VLLM_PRECOMPILED_WHEEL_COMMIT (the merge-base with precompiled_base, as
 vLLM's own lookup would take) after checking the index has it: never the nightly.
 A base wheel that is not a vLLM wheel, or is for another Python or platform, is refused before a build.
+
+One file over 600 lines on purpose: decide() and what it alone reads (the base wheel's metadata and tags,
+the index, the diff against the compiled paths); vllm_build's options are _build_decision's.
 """
 
 from __future__ import annotations

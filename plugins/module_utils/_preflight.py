@@ -10,6 +10,9 @@ answered itself: the `capabilities` of `vllm_facts`. Only when it could not answ
 read from the boolean probes `vllm_facts` ran on the release's files, never guessed from the version.
 
 Standard library only: this runs on the target's system Python.
+
+One file over 600 lines on purpose: the checks are the methods of one _Preflight over one config and one
+set of answers (capabilities, probes, drafter); apart, each would take the whole of it as arguments.
 """
 
 from __future__ import annotations

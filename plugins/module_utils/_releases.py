@@ -11,6 +11,9 @@ Beside a verdict, `keep_files` copies what the release served with (config, env,
 copies in the same run: the gate's bookkeeping after a pass is one remote step, not one per file.
 
 Standard library only: this runs on the target host's system Python (3.8+).
+
+One file over 600 lines on purpose: every action is one _Session (read, plan, apply under the host lock);
+its layout helpers are the ones the other cores take release paths from.
 """
 
 from __future__ import annotations

@@ -53,6 +53,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._releases import (
 __all__ = [
     "MANIFEST_SCHEMA",
     "Plan",
+    "discard_attempt",
     "failure_message",
     "host_locked",
     "inputs_hash",
@@ -292,17 +293,25 @@ def make_release(opts: BuildOptions, builder: Builder, plan: Plan) -> Dict[str, 
             builder.note(f"swapped the new {plan.name} in place of the incomplete one")
         builder.note(f"release {plan.name} complete")
     except BaseException as exc:
-        if paths.release != paths.final:
-            remove_tree_within(opts.root, paths.release)  # the serving directory stays as it was
-        else:
-            remove_hidden_first(paths.release)
-        remove_tree_within(opts.root, paths.build)
-        if isinstance(exc, (BuildError, CommandInterrupted, GitError, OSError, ValueError)):
-            cause = str(exc)
-            if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                cause += no_space_hint(opts.root, "No space left on device")
-            builder.note(f"FAILED: {cause}")
-            raise BuildError(failure_message(builder.status.scrub(cause), paths.log)) from exc
+        discard_attempt(opts.root, builder, exc)
         raise
     remove_tree_within(opts.root, paths.build)
     return manifest
+
+
+def discard_attempt(root: str, builder: Builder, exc: BaseException) -> None:
+    """After a failed attempt: remove the half release (never what serves) and the build directory, and raise
+    the BuildError that names the log; returns (the caller re-raises) for what is no build failure (an
+    interrupt)."""
+    paths = builder.paths
+    if paths.release != paths.final:
+        remove_tree_within(root, paths.release)  # the serving directory stays as it was
+    else:
+        remove_hidden_first(paths.release)
+    remove_tree_within(root, paths.build)
+    if isinstance(exc, (BuildError, CommandInterrupted, GitError, OSError, ValueError)):
+        cause = str(exc)
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            cause += no_space_hint(root, "No space left on device")
+        builder.note(f"FAILED: {cause}")
+        raise BuildError(failure_message(builder.status.scrub(cause), paths.log)) from exc

@@ -14,7 +14,6 @@ uv's `--override` file, for a release that pins a torch the index lacks (vllm-cp
 from __future__ import annotations
 
 import contextlib
-import errno
 import glob
 import json
 import os
@@ -42,7 +41,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_options imp
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_paths import Paths, builds_beside, read_manifest
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_release import (
     MANIFEST_SCHEMA,
-    failure_message,
+    discard_attempt,
     host_locked,
     inputs_hash,
     prune_after_build,
@@ -52,14 +51,15 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_release imp
 )
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_result import result as build_result
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_status import StatusFile
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._builder import Builder, BuilderOptions, no_space_hint
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._builder import Builder, BuilderOptions
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import (
     redact_url,
+    remove_tree_within,
     sha256_file,
     utc_now,
     write_json_atomic,
 )
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._deadline import CommandInterrupted, Deadline, tail
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._deadline import Deadline, tail
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._git import Resolution
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._installer import Installer
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._precompiled import (
@@ -336,19 +336,9 @@ def _make(opts: BuildOptions, builder: Builder, name: str, digest: str, inputs: 
             swap_in(paths)
         builder.note(f"release {name} complete: {opts.package} {installed}, commit {commit or 'unknown'}")
     except BaseException as exc:
-        if paths.release != paths.final:
-            shutil.rmtree(paths.release, ignore_errors=True)  # the serving directory stays as it was
-        else:
-            remove_hidden_first(paths.release)
-        shutil.rmtree(paths.build, ignore_errors=True)
-        if isinstance(exc, (BuildError, CommandInterrupted, OSError, ValueError)):
-            cause = str(exc)
-            if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                cause += no_space_hint(opts.root, "No space left on device")
-            builder.note(f"FAILED: {cause}")
-            raise BuildError(failure_message(builder.status.scrub(cause), paths.log)) from exc
+        discard_attempt(opts.root, builder, exc)
         raise
-    shutil.rmtree(paths.build, ignore_errors=True)
+    remove_tree_within(opts.root, paths.build)
     return manifest
 
 

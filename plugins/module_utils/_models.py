@@ -27,7 +27,11 @@ import sys
 import tempfile
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import read_json, write_json_atomic
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import (
+    read_json,
+    sha256_stream,
+    write_json_atomic,
+)
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._hub import STAGE_SCRIPT
 
 __all__ = ["ModelSpec", "StageError", "snapshot_dir", "stage_models"]
@@ -35,7 +39,6 @@ __all__ = ["ModelSpec", "StageError", "snapshot_dir", "stage_models"]
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
 SOURCES = ("hub", "path")
-_CHUNK = 1 << 20
 
 
 class StageError(Exception):
@@ -109,12 +112,9 @@ def snapshot_dir(cache_dir: str, repo_id: str, commit: str) -> str:
 def hash_file(path: str) -> Dict[str, Any]:
     """sha256 and git blob sha1 of a file in one read (the hub names non-LFS files by the latter)."""
     size = os.path.getsize(path)
-    sha256 = hashlib.sha256()
     sha1 = hashlib.sha1(b"blob %d\0" % size)
     with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(_CHUNK), b""):
-            sha256.update(chunk)
-            sha1.update(chunk)
+        sha256 = sha256_stream(handle, also=[sha1])
     return {"sha256": sha256.hexdigest(), "git_sha1": sha1.hexdigest(), "size": size}
 
 
@@ -393,15 +393,12 @@ def _copy_checked(spec: ModelSpec, source: str, relpath: str, sha256: str, tmp: 
     problem = _source_problem(source, relpath)
     if problem:
         raise _refusal(spec, spec.revision, [(relpath, problem)], "nothing more was staged; re-run.")
-    digest = hashlib.sha256()
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
     real = os.path.realpath(os.path.join(source, relpath))
     created = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
     with open(os.open(real, flags), "rb") as src, open(os.open(tmp, created, 0o644), "wb") as dst:
         os.fchmod(dst.fileno(), 0o644)  # whatever the umask
-        for chunk in iter(lambda: src.read(_CHUNK), b""):
-            digest.update(chunk)
-            dst.write(chunk)
+        digest = sha256_stream(src, copy_to=dst)
     if digest.hexdigest() != sha256:
         os.unlink(tmp)
         raise _refusal(

@@ -11,6 +11,16 @@ Two sources lay out the same HF cache directory, `<cache_dir>/models--<org>--<na
   each file checked against `checksums` (sha256) when given, copied into the cache's blobs and linked.
 The verdict is recorded (`{"files": {path: sha256}, "models": {...}}`), the format vllm_drift's
 `recorded_inputs` reads, so the look sees a changed file. Standard library only (the target's system python).
+
+The per-file check stays here, in the module, rather than huggingface_hub's `verify_repo_checksums` run in
+the release venv or vendored. That function exists from huggingface_hub 1.1.0 only (absent from the 0.36.0
+and 1.0.0 wheels), while a release venv with transformers 4 holds huggingface_hub < 1.0; it lists and checks
+the whole repo (no allow_patterns: a staged subset is reported incomplete); and it returns mismatches, not
+the sha256 of each file the record needs, so every file would be read twice. Vendoring it is no way out: the
+target's python may be older than it allows (Requires-Python >=3.9 for 1.1.0, >=3.10 for 2.4.0, whose
+`str | None` annotations fail to import on 3.9), and it imports huggingface_hub's constants, cache layout
+and path filters. Its rule is the one applied here (the LFS sha256, else the git blob sha1), and
+test_models.py::test_why_not_verify_repo_checksums holds the two differences to account.
 """
 
 from __future__ import annotations

@@ -26,11 +26,13 @@ __all__ = [
     "remove_tree_within",
     "secret_name",
     "sha256_file",
+    "sha256_stream",
     "utc_now",
     "write_json_atomic",
     "write_text_atomic",
 ]
 
+CHUNK = 1 << 20  # what a streamed hash reads at a time
 # scheme://user[:password]@host...  -> the userinfo part is a secret (tokens travel there).
 # Not anchored: the same pattern cleans URLs inside error messages and log lines.
 _URL_USERINFO = re.compile(r"(?<![A-Za-z0-9+.-])(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^@/?#\s'\"`]*)@")
@@ -146,13 +148,24 @@ def utc_now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def sha256_file(path: str) -> str:
-    """Hex sha256 of a file's content, read in chunks (wheels can be hundreds of MB)."""
+def sha256_stream(source: Any, copy_to: Any = None, also: Any = ()) -> Any:
+    """The sha256 (a hashlib object) of what the binary file `source` holds, read in chunks (wheels and
+    model files run to gigabytes). Each chunk is also written to `copy_to` and fed to the hashes in `also`,
+    so a copy or a second hash costs no second read."""
     digest = hashlib.sha256()
+    for chunk in iter(lambda: source.read(CHUNK), b""):
+        digest.update(chunk)
+        for other in also:
+            other.update(chunk)
+        if copy_to is not None:
+            copy_to.write(chunk)
+    return digest
+
+
+def sha256_file(path: str) -> str:
+    """Hex sha256 of a file's content."""
     with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1024 * 1024), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return str(sha256_stream(handle).hexdigest())
 
 
 def redact_url(url: str) -> str:

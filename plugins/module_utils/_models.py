@@ -11,6 +11,16 @@ Two sources lay out the same HF cache directory, `<cache_dir>/models--<org>--<na
   each file checked against `checksums` (sha256) when given, copied into the cache's blobs and linked.
 The verdict is recorded (`{"files": {path: sha256}, "models": {...}}`), the format vllm_drift's
 `recorded_inputs` reads, so the look sees a changed file. Standard library only (the target's system python).
+
+The per-file check stays here, in the module, rather than huggingface_hub's `verify_repo_checksums` run in
+the release venv or vendored. That function exists from huggingface_hub 1.1.0 only (absent from the 0.36.0
+and 1.0.0 wheels), while a release venv with transformers 4 holds huggingface_hub < 1.0; it lists and checks
+the whole repo (no allow_patterns: a staged subset is reported incomplete); and it returns mismatches, not
+the sha256 of each file the record needs, so every file would be read twice. Vendoring it is no way out: the
+target's python may be older than it allows (Requires-Python >=3.9 for 1.1.0, >=3.10 for 2.4.0, whose
+`str | None` annotations fail to import on 3.9), and it imports huggingface_hub's constants, cache layout
+and path filters. Its rule is the one applied here (the LFS sha256, else the git blob sha1), and
+test_models.py::test_why_not_verify_repo_checksums holds the two differences to account.
 """
 
 from __future__ import annotations
@@ -27,7 +37,11 @@ import sys
 import tempfile
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import read_json, write_json_atomic
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import (
+    read_json,
+    sha256_stream,
+    write_json_atomic,
+)
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._hub import STAGE_SCRIPT
 
 __all__ = ["ModelSpec", "StageError", "snapshot_dir", "stage_models"]
@@ -35,7 +49,6 @@ __all__ = ["ModelSpec", "StageError", "snapshot_dir", "stage_models"]
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
 SOURCES = ("hub", "path")
-_CHUNK = 1 << 20
 
 
 class StageError(Exception):
@@ -109,12 +122,9 @@ def snapshot_dir(cache_dir: str, repo_id: str, commit: str) -> str:
 def hash_file(path: str) -> Dict[str, Any]:
     """sha256 and git blob sha1 of a file in one read (the hub names non-LFS files by the latter)."""
     size = os.path.getsize(path)
-    sha256 = hashlib.sha256()
     sha1 = hashlib.sha1(b"blob %d\0" % size)
     with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(_CHUNK), b""):
-            sha256.update(chunk)
-            sha1.update(chunk)
+        sha256 = sha256_stream(handle, also=[sha1])
     return {"sha256": sha256.hexdigest(), "git_sha1": sha1.hexdigest(), "size": size}
 
 
@@ -393,15 +403,12 @@ def _copy_checked(spec: ModelSpec, source: str, relpath: str, sha256: str, tmp: 
     problem = _source_problem(source, relpath)
     if problem:
         raise _refusal(spec, spec.revision, [(relpath, problem)], "nothing more was staged; re-run.")
-    digest = hashlib.sha256()
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
     real = os.path.realpath(os.path.join(source, relpath))
     created = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
     with open(os.open(real, flags), "rb") as src, open(os.open(tmp, created, 0o644), "wb") as dst:
         os.fchmod(dst.fileno(), 0o644)  # whatever the umask
-        for chunk in iter(lambda: src.read(_CHUNK), b""):
-            digest.update(chunk)
-            dst.write(chunk)
+        digest = sha256_stream(src, copy_to=dst)
     if digest.hexdigest() != sha256:
         os.unlink(tmp)
         raise _refusal(

@@ -9,25 +9,30 @@ the build environment's python, so setup.py's imports are paid once. What the fi
 checked against the environment; anything missing is reported and installed by the caller, and the
 hooks run again (a frontend would have installed it between the two).
 
+The hooks are pyproject_hooks' (the hook caller of pip and build): its `_in_process.py`, vendored
+(_vendor/pyproject_hooks), is the standard-library script frontends run in the build environment, and
+its hook functions load the backend as PEP 517 says (`module:object`, `backend-path` through a meta path
+finder that refuses a backend found elsewhere). Its own entry point, `main()`, runs one hook per process
+(pyproject_hooks' BuildBackendHookCaller starts it once per hook): so HOOKS does not run it, it loads the
+file beside itself and calls `get_requires_for_build_wheel` then `build_wheel` in its own process - the
+second call finds the backend, and what setup.py imported, in sys.modules. What is ours: that driver
+(which requirements the environment lacks, the result line). test_pep517.py holds both hooks to one
+process id and the backend to backend-path.
+
 The build environment (isolated: a venv with `[build-system] requires`, as a frontend makes it; without
 isolation: the release venv) and the installs are the caller's (_build). Standard library only.
-
-Why not pyproject_hooks (the hook caller pip and build use): HOOKS runs in the build environment's
-python, a venv the collection makes, so the library could be installed there; but its
-BuildBackendHookCaller runs every hook call in a new process (its `_in_process` script, one subprocess
-per hook), which is exactly the second setup.py import this module exists to avoid. What is left here
-is the part pyproject_hooks would not replace either: ~20 lines that import the backend (PEP 517's
-`module:object` and `backend-path`) and call its two hooks. The test that both hooks run in one process
-(test_pep517.py) is the reason held to account.
 """
 
 from __future__ import annotations
 
 import ast
+import inspect
 import json
 import os
 import re
 from typing import Any, Dict, List, Optional
+
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._vendor.pyproject_hooks import _in_process
 
 __all__ = ["DEFAULT_BACKEND", "DEFAULT_REQUIRES", "HOOKS", "MARK", "BuildSystem", "build_system", "pyproject_table"]
 
@@ -36,15 +41,19 @@ DEFAULT_BACKEND = "setuptools.build_meta:__legacy__"
 DEFAULT_REQUIRES = ["setuptools>=40.8.0"]
 MARK = "vllm_build-pep517-result "
 
+# pyproject_hooks' hook functions: HOOKS loads this file, written beside it as IN_PROCESS.
+IN_PROCESS = "pep517_in_process.py"
 # Run as `python <file of HOOKS> <backend> <backend-path JSON> <wheel dir> <strict 0|1>` in the source tree.
 HOOKS = r"""
-import importlib, json, os, re, sys
+import importlib.util, json, os, re, sys
 spec, paths, out_dir, strict = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], sys.argv[4] == "1"
-sys.path[:0] = [os.path.abspath(p) for p in paths]
-module, _, attr = spec.partition(":")
-backend = importlib.import_module(module.strip())
-for part in attr.strip().split(".") if attr.strip() else []:
-    backend = getattr(backend, part)
+here = os.path.dirname(os.path.realpath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.realpath(p or os.curdir) != here]  # as _in_process.main does
+os.environ["_PYPROJECT_HOOKS_BUILD_BACKEND"] = spec
+os.environ["_PYPROJECT_HOOKS_BACKEND_PATH_JSON"] = json.dumps([os.path.abspath(p) for p in paths])
+found = importlib.util.spec_from_file_location("pep517_in_process", os.path.join(here, IN_PROCESS))
+hooks = importlib.util.module_from_spec(found)
+found.loader.exec_module(hooks)
 
 
 def unmet(text):
@@ -69,17 +78,16 @@ def unmet(text):
     return not req.specifier.contains(version, prereleases=True)
 
 
-hook = getattr(backend, "get_requires_for_build_wheel", None)
-needs = list(hook(None)) if hook is not None else []
+needs = list(hooks.get_requires_for_build_wheel(None))
 missing = [text for text in needs if unmet(text)] if strict else []
 print("vllm_build: PEP 517 get_requires_for_build_wheel of %s in process %d: %s" % (spec, os.getpid(), needs))
 if missing:
     print("%s%s" % (MARK, json.dumps({"missing": missing})))
     sys.exit(0)
 print("vllm_build: PEP 517 build_wheel of %s in the same process %d" % (spec, os.getpid()), flush=True)
-name = backend.build_wheel(out_dir, None, None)
+name = hooks.build_wheel(out_dir, None)
 print("%s%s" % (MARK, json.dumps({"wheel": name, "requires": needs})))
-""".replace("MARK", repr(MARK))
+""".replace("MARK", repr(MARK)).replace("IN_PROCESS", repr(IN_PROCESS))
 
 
 class BuildSystem:
@@ -96,9 +104,15 @@ class BuildSystem:
     def hooks_argv(self, python: str, script: str, wheel_dir: str, strict: bool) -> List[str]:
         """The command that runs both hooks in `python` (strict: report requirements it lacks); writes
         HOOKS to `script` (a file, so that the build log shows a command line, not the script)."""
-        with open(script, "w", encoding="utf-8") as handle:
-            handle.write(HOOKS)
+        for path, text in ((script, HOOKS), (os.path.join(os.path.dirname(script), IN_PROCESS), _in_process_text())):
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.write(text)
         return [python, script, self.backend, json.dumps(self.backend_path), wheel_dir, "1" if strict else "0"]
+
+
+def _in_process_text() -> str:
+    """The vendored _in_process.py as written (inspect reads it from a file or from AnsiballZ's zip)."""
+    return inspect.getsource(_in_process)
 
 
 def _table(text: str) -> Optional[Dict[str, Any]]:

@@ -28,7 +28,7 @@ import os
 import platform
 import re
 import zipfile
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 from urllib.parse import unquote
 from urllib.request import build_opener
 
@@ -41,6 +41,14 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._git import (
     resolve_commit,
 )
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._releases import RELEASES_DIR, manifest_path
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._vendor.packaging.tags import Tag
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._wheel_compat import (
+    InvalidWheelFilename,
+    host_libc,
+    parse_wheel_filename,
+    platform_fits,
+    python_fits,
+)
 
 __all__ = [
     "COMPILED_PATHS",
@@ -59,12 +67,14 @@ __all__ = [
     "compiled_changes",
     "compiled_from_its_sources",
     "decide",
+    "host_platform",
     "local_base_wheels",
     "needs_git",
     "nightly_wheel",
     "parse_base",
     "same_repo",
     "wheel_info",
+    "wheel_python",
 ]
 
 MODES = ("auto", "always", "never")
@@ -115,10 +125,6 @@ SHOWN_PATHS = 5
 MAX_CANDIDATES = 10
 # Where the mirror keeps a precompiled_base fetched from another repository.
 BASE_REF_PREFIX = "refs/vllm-ops/precompiled-base/"
-# {distribution}-{version}(-{build})?-{python}-{abi}-{platform}.whl (PEP 427)
-_WHEEL_NAME = re.compile(
-    r"(?P<dist>[^-]+)-(?P<version>[^-]+)(?:-(?P<build>\d[^-]*))?-(?P<py>[^-]+)-(?P<abi>[^-]+)-(?P<plat>[^-]+)\.whl"
-)
 _COMMIT_ID = re.compile(r"""^__commit_id__\s*=\s*(?:commit_id\s*=\s*)?['"]g?([0-9a-f]{7,40})['"]""", re.MULTILINE)
 _LOCAL_COMMIT = re.compile(r"(?:^|\.)g([0-9a-f]{7,40})(?:\.|$)")
 _RELEASE = re.compile(r"\d+(?:\.\d+)*")
@@ -221,15 +227,18 @@ class WheelInfo:
     """What a base wheel says about itself: its file name's version and tags and, for a file on this host,
     whether it is a vLLM wheel and the commit setuptools-scm wrote into `vllm/_version.py`."""
 
-    def __init__(self, location: str, name: str, match: Optional[Any], problem: Optional[str] = None) -> None:
+    def __init__(self, location: str, name: str, tags: FrozenSet[Tag], problem: Optional[str] = None) -> None:
         self.location = location
         self.name = name
         self.problem = problem  # why it is not a vLLM wheel, or None
-        self.dist = match.group("dist") if match else ""
-        self.version = match.group("version") if match else ""
-        self.python_tags = match.group("py").split(".") if match else []
-        self.abi_tags = match.group("abi").split(".") if match else []
-        self.platform_tags = match.group("plat").split(".") if match else []
+        self.tags = tags  # packaging's Tags of the file name (none when it is not a wheel's)
+        # As the name spells them (the PEP 427 fields hold no `-`): messages and the version check quote them.
+        parts = name[: -len(".whl")].split("-") if tags else []
+        self.dist = parts[0] if parts else ""
+        self.version = parts[1] if parts else ""
+        self.python_tags, self.abi_tags, self.platform_tags = (
+            (parts[-3].split("."), parts[-2].split("."), parts[-1].split(".")) if parts else ([], [], [])
+        )
         self.commit_id: Optional[str] = None  # from vllm/_version.py
         local = self.version.partition("+")[2]
         found = _LOCAL_COMMIT.search(local)
@@ -244,14 +253,15 @@ class WheelInfo:
 def wheel_info(location: str) -> WheelInfo:
     """Read a base wheel: the name of a URL, the name and contents of a file (stdlib zipfile only)."""
     name = unquote(os.path.basename(location.split("?", 1)[0].split("#", 1)[0]))
-    match = _WHEEL_NAME.fullmatch(name)
-    if not match:
+    try:
+        tags = parse_wheel_filename(name)[3]
+    except InvalidWheelFilename:
         return WheelInfo(
-            location, name, None, "is not a wheel file name (vllm-<version>-<python>-<abi>-<platform>.whl)"
+            location, name, frozenset(), "is not a wheel file name (vllm-<version>-<python>-<abi>-<platform>.whl)"
         )
-    info = WheelInfo(location, name, match)
-    if match.group("dist").lower().replace("_", "-") != "vllm":
-        info.problem = f"is a wheel of {match.group('dist')}, not of vLLM"
+    info = WheelInfo(location, name, tags)
+    if info.dist.lower().replace("_", "-") != "vllm":
+        info.problem = f"is a wheel of {info.dist}, not of vLLM"
     elif "://" not in location:
         info.problem = _read_wheel(location, info)
     return info
@@ -278,29 +288,16 @@ def _read_wheel(path: str, info: WheelInfo) -> Optional[str]:
     return None
 
 
-def _python_fits(info: WheelInfo, python_version: str) -> bool:
-    want = tuple(int(part) for part in python_version.split(".")[:2])
-    for tag in info.python_tags:
-        found = re.fullmatch(r"(?:cp|py)(\d)(\d*)", tag)
-        if not found:
-            continue
-        major, minor = int(found.group(1)), int(found.group(2) or -1)
-        if minor < 0 or tag.startswith("py"):
-            if major == want[0]:
-                return True
-        elif "abi3" in info.abi_tags:
-            if (major, minor) <= want:
-                return True
-        elif (major, minor) == want:
-            return True
-    return False
+def wheel_python(info: WheelInfo) -> str:
+    """The Pythons a wheel's name claims, for a message: `3.12 (cp312-cp312)`."""
+    versions = ", ".join(f"{t[2]}.{t[3:]}" if len(t) > 3 else t for t in info.python_tags if t.startswith(("cp", "py")))
+    return f"{versions} ({'.'.join(info.python_tags)}-{'.'.join(info.abi_tags)})"
 
 
-def _platform_fits(info: WheelInfo, machine: str) -> bool:
-    for tag in info.platform_tags:
-        if tag == "any" or (tag.startswith(("linux_", "manylinux", "musllinux")) and tag.endswith("_" + machine)):
-            return True
-    return False
+def host_platform(machine: str) -> str:
+    """This host as the platform tags see it, for a message: `linux x86_64 with glibc 2.35`."""
+    libc = host_libc()
+    return f"linux {machine}" + (f" with {libc}" if libc else "")
 
 
 def check_wheel(info: WheelInfo, python_version: Optional[str], machine: Optional[str] = None) -> None:
@@ -308,20 +305,17 @@ def check_wheel(info: WheelInfo, python_version: Optional[str], machine: Optiona
     fix = "Fix: give precompiled_wheel the path or URL of a vLLM wheel"
     if info.problem:
         raise PrecompiledError(f"precompiled_wheel {redact_url(info.location)!r} {info.problem}. {fix}")
-    tags = f"{'.'.join(info.python_tags)}-{'.'.join(info.abi_tags)}"
-    if python_version and not _python_fits(info, python_version):
-        wheel_python = ", ".join(
-            f"{t[2]}.{t[3:]}" if len(t) > 3 else t for t in info.python_tags if t.startswith(("cp", "py"))
-        )
+    if python_version and not python_fits(info.tags, python_version):
         raise PrecompiledError(
-            f"precompiled_wheel {info.name} is for Python {wheel_python} ({tags}), but the build's python is "
+            f"precompiled_wheel {info.name} is for Python {wheel_python(info)}, but the build's python is "
             f"{python_version}. {fix} for Python {'.'.join(python_version.split('.')[:2])} (or an abi3 one), or set "
             "`python` to a matching interpreter"
         )
     machine = machine or platform.machine()
-    if not _platform_fits(info, machine):
+    if not platform_fits(info.tags, python_version, machine):
         raise PrecompiledError(
-            f"precompiled_wheel {info.name} is for {'.'.join(info.platform_tags)}, but this host is linux {machine}. "
+            f"precompiled_wheel {info.name} is for {'.'.join(info.platform_tags)}, but this host is "
+            f"{host_platform(machine)}. "
             f"{fix} built for linux {machine} (manylinux_*_{machine} or linux_{machine})"
         )
 

@@ -63,11 +63,12 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._deadline import D
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._git import Resolution
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._installer import Installer
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._precompiled import (
-    _platform_fits,
-    _python_fits,
+    host_platform,
     wheel_info,
+    wheel_python,
 )
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._releases import release_path, remove_hidden_first
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._wheel_compat import platform_fits, python_fits
 
 __all__ = ["SOURCE", "commit_of_version_file", "describe_index", "driver_cuda", "install_release", "not_on_index"]
 
@@ -164,17 +165,17 @@ def _check_wheel(opts: BuildOptions, python_version: str) -> None:
             f"wheel {name} is version {info.version}, not {opts.version}. Fix: set version to {info.version}, "
             f"or give the {opts.label} wheel"
         )
-    if not _python_fits(info, python_version):
+    if not python_fits(info.tags, python_version):
         raise OptionError(
-            f"wheel {name} is for Python {'.'.join(info.python_tags)} ({'.'.join(info.abi_tags)}), but the release's "
+            f"wheel {name} is for Python {wheel_python(info)}, but the release's "
             f"python is {python_version}. Fix: give the wheel built for Python "
             f"{'.'.join(python_version.split('.')[:2])} (or an abi3 one), or set python (vllm_python) to a "
             "matching interpreter"
         )
     machine = os.uname().machine
-    if not _platform_fits(info, machine):
+    if not platform_fits(info.tags, python_version, machine):
         raise OptionError(
-            f"wheel {name} is for {'.'.join(info.platform_tags)}, but this host is linux {machine}. Fix: give "
+            f"wheel {name} is for {'.'.join(info.platform_tags)}, but this host is {host_platform(machine)}. Fix: give "
             f"the wheel built for linux {machine}"
         )
     variant = local.split(".")[0] if local else ""

@@ -35,7 +35,7 @@ import urllib.parse
 import zipfile
 from typing import Any, Dict, List, Optional, Tuple
 
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import sha256_file
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import CHUNK, sha256_file, sha256_stream
 
 __all__ = [
     "MIN_SIZE",
@@ -54,7 +54,6 @@ __all__ = [
 # Members this large (vLLM's .so files, the rust frontend, the largest CUDA headers) get a placeholder.
 MIN_SIZE = 1 << 20
 PLACEHOLDER_MAGIC = b"vllm_ops.dflash wheel-overlay placeholder v1\n"
-_CHUNK = 1 << 20
 _STAMP = ".stub.json"
 _MEMBERS = "members"
 _MEMBERS_STAMP = ".members.json"
@@ -131,10 +130,8 @@ def _make_stub(base_wheel: str, dest: str, min_size: int) -> Dict[str, Any]:
                 if info.file_size < min_size or info.is_dir() or metadata:
                     copy_raw(base, info, stub)
                     continue
-                digest = hashlib.sha256()
                 with base.open(info) as member:
-                    for chunk in iter(lambda: member.read(_CHUNK), b""):
-                        digest.update(chunk)
+                    digest = sha256_stream(member)
                 actual = record_hash(digest.digest())
                 if recorded.get(info.filename) != actual:
                     raise OverlayError(
@@ -214,7 +211,7 @@ def copy_raw(source: zipfile.ZipFile, info: zipfile.ZipInfo, out: zipfile.ZipFil
     source.fp.seek(start)
     remaining = info.compress_size
     while remaining:
-        chunk = source.fp.read(min(_CHUNK, remaining))
+        chunk = source.fp.read(min(CHUNK, remaining))
         if not chunk:
             raise OverlayError(f"{source.filename} ends inside {info.filename}; the wheel is damaged")
         handle.write(chunk)
@@ -317,11 +314,8 @@ def unpack_members(stub: str, base_wheel: str) -> str:
                     continue
                 target = os.path.join(directory, *info.filename.split("/"))
                 os.makedirs(os.path.dirname(target), exist_ok=True)
-                digest = hashlib.sha256()
                 with base.open(info.filename) as member, open(target + ".part", "wb") as out:
-                    for chunk in iter(lambda: member.read(_CHUNK), b""):
-                        digest.update(chunk)
-                        out.write(chunk)
+                    digest = sha256_stream(member, copy_to=out)
                 if record_hash(digest.digest()) != found["hash"]:
                     os.unlink(target + ".part")
                     raise OverlayError(

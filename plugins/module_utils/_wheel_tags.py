@@ -21,6 +21,10 @@ import re
 import zipfile
 from typing import Dict, List, Optional
 
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._wheel_compat import (
+    InvalidWheelFilename,
+    parse_wheel_filename,
+)
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._wheel_overlay import (
     OverlayError,
     copy_raw,
@@ -41,11 +45,15 @@ def compiled_member(name: str) -> bool:
 
 
 def wheel_tags(filename: str) -> str:
-    """The compressed tag set of a wheel file name: `cp38-abi3-manylinux_2_28_x86_64`."""
-    parts = os.path.basename(filename)[: -len(".whl")].split("-")
-    if not filename.endswith(".whl") or len(parts) < 5:
-        raise OverlayError(f"{filename} is not a wheel file name (name-version-python-abi-platform.whl)")
-    return "-".join(parts[-3:])
+    """The compressed tag set of a wheel file name as it spells it: `cp38-abi3-manylinux_2_28_x86_64`."""
+    name = os.path.basename(filename)
+    try:
+        parse_wheel_filename(name)  # packaging's PEP 427 check; the retagged name keeps the original spelling
+    except InvalidWheelFilename as exc:
+        raise OverlayError(
+            f"{filename} is not a wheel file name (name-version-python-abi-platform.whl): {exc}"
+        ) from exc
+    return "-".join(name[: -len(".whl")].split("-")[-3:])
 
 
 class TagResult:

@@ -9,6 +9,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._precompiled impor
     decide,
     wheel_info,
 )
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._vendor.packaging import _manylinux
 from ansible_collections.vllm_ops.dflash.tests.helpers.fake_wheel import make_wheel
 
 HOST = {"python_version": "3.11.2", "machine": "x86_64"}
@@ -62,6 +63,32 @@ def test_a_wheel_for_another_python_or_platform_is_refused(tmp_path, tags, messa
     for mode in ("auto", "always"):  # refused by the decision itself, before anything is built
         with pytest.raises(PrecompiledError, match=message):
             decide(mode, path, **HOST)
+
+
+def test_a_wheel_for_a_newer_glibc_than_the_hosts_is_refused(tmp_path):
+    """No host has glibc 2.99: the tags are packaging's for this host, glibc version included."""
+    path = str(make_wheel(tmp_path, "0.26.0", commit_id=None, tags="cp38-abi3-manylinux_2_99_x86_64"))
+    with pytest.raises(PrecompiledError, match=r"for manylinux_2_99_x86_64, but this host is linux x86_64 with glibc"):
+        check_wheel(wheel_info(path), **HOST)
+
+
+@pytest.mark.parametrize(("glibc", "fits"), [((2, 35), False), ((2, 36), True), ((2, 39), True)])
+def test_the_hosts_glibc_version_decides_a_manylinux_wheel(tmp_path, monkeypatch, glibc, fits):
+    monkeypatch.setattr(_manylinux, "_get_glibc_version", lambda: glibc)
+    info = wheel_info(str(make_wheel(tmp_path, "0.26.0", commit_id=None, tags="cp38-abi3-manylinux_2_36_x86_64")))
+    if fits:
+        check_wheel(info, **HOST)
+    else:
+        with pytest.raises(PrecompiledError, match=r"but this host is linux x86_64 with glibc 2\.35\."):
+            check_wheel(info, **HOST)
+
+
+def test_the_tags_are_the_build_pythons_not_the_modules(tmp_path):
+    """The module's python (this one) is not the venv's: a cp313 wheel fits a 3.13 build python only."""
+    info = wheel_info(str(make_wheel(tmp_path, "0.26.0", commit_id=None, tags="cp313-cp313-manylinux_2_17_x86_64")))
+    check_wheel(info, "3.13.1", "x86_64")
+    with pytest.raises(PrecompiledError, match=r"is for Python 3\.13 \(cp313-cp313\)"):
+        check_wheel(info, "3.12.7", "x86_64")
 
 
 def _not_a_zip(tmp_path):

@@ -14,6 +14,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import (
     remove_tree_within,
     secret_name,
     sha256_file,
+    sha256_stream,
     utc_now,
     write_json_atomic,
 )
@@ -54,6 +55,17 @@ def test_sha256_file(tmp_path):
     path = tmp_path / "blob"
     path.write_bytes(data)
     assert sha256_file(str(path)) == hashlib.sha256(data).hexdigest()
+
+
+def test_sha256_stream_copies_and_feeds_other_hashes_in_the_one_read():
+    import io
+
+    data = os.urandom(3 * (1 << 20) + 5)  # more than one chunk, and not a whole number of them
+    copy, sha1 = io.BytesIO(), hashlib.sha1(b"blob %d\0" % len(data))
+    digest = sha256_stream(io.BytesIO(data), copy_to=copy, also=[sha1])
+    assert digest.hexdigest() == hashlib.sha256(data).hexdigest()
+    assert copy.getvalue() == data
+    assert sha1.hexdigest() == hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
 @pytest.mark.parametrize(

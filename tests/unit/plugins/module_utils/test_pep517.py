@@ -97,6 +97,19 @@ def test_what_the_backend_asks_for_and_the_env_lacks_is_reported_not_built(tmp_p
     assert result["wheel"] == "hookpkg-1.0-py3-none-any.whl" and wheels == [result["wheel"]]
 
 
+def test_a_backend_not_in_backend_path_is_refused_not_imported_from_elsewhere(tmp_path: Path) -> None:
+    """PEP 517: a backend-path backend MUST be loaded from there (pyproject_hooks' finder), even when the
+    environment has a module of that name: setuptools is installed here, but not under backend-path."""
+    project = _project(tmp_path / "src")
+    pyproject = project / "pyproject.toml"
+    pyproject.write_text(PYPROJECT.replace('build-backend = "backend"', 'build-backend = "setuptools.build_meta"'))
+    argv = build_system(str(project)).hooks_argv(sys.executable, str(tmp_path / "hooks.py"), str(tmp_path), True)
+    proc = subprocess.run(argv, cwd=project, capture_output=True, text=True, check=False)
+    assert proc.returncode != 0
+    assert "Cannot find module 'setuptools.build_meta' in" in proc.stderr
+    assert not any(line.startswith(MARK) for line in proc.stdout.splitlines())
+
+
 @pytest.mark.parametrize("tomllib", [True, False], ids=["tomllib", "python<3.11"])
 def test_build_system_reads_pyproject_or_takes_the_defaults(tmp_path: Path, monkeypatch, tomllib: bool) -> None:
     if not tomllib:

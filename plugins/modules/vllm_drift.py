@@ -30,6 +30,8 @@ extends_documentation_fragment:
   - vllm_ops.dflash.attributes
   - vllm_ops.dflash.attributes.info_module
   - vllm_ops.dflash.build
+  - vllm_ops.dflash.common
+  - vllm_ops.dflash.common.installer
 options:
   files:
     description:

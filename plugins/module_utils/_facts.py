@@ -45,6 +45,7 @@ __all__ = [
     "CAPABILITIES_FILE",
     "DEFAULT_CAPABILITIES_TIMEOUT",
     "DEFAULT_REQUIRED_EXTENSIONS",
+    "DEFAULT_TIMEOUT",
     "PROBE_SCRIPT",
     "FactsError",
     "gather_facts",
@@ -71,6 +72,8 @@ _STDERR_TAIL = 2000
 # takes 86 s on a busy 2-core host, so each release pays it once (at the gather right after its build).
 CAPABILITIES_FILE = "capabilities.json"
 DEFAULT_CAPABILITIES_TIMEOUT = 300.0
+# Seconds for the import check and the probes in the release venv.
+DEFAULT_TIMEOUT = 180.0
 
 # Runs in the release venv with `python -I` (no cwd, no PYTHON* variables on sys.path): Python 3.8+,
 # standard library only. Keep it free of newer syntax; a unit test parses it with feature_version 3.8.
@@ -596,7 +599,7 @@ def gather_facts(
     venv: Optional[str] = None,
     required_extensions: Optional[List[str]] = None,
     probes: Optional[List[Dict[str, Any]]] = None,
-    timeout: float = 180.0,
+    timeout: float = DEFAULT_TIMEOUT,
     capabilities: bool = True,
     capabilities_timeout: float = DEFAULT_CAPABILITIES_TIMEOUT,
     check_mode: bool = False,

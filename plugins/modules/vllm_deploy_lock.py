@@ -94,7 +94,12 @@ held_by:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._args import INSTANCE_ARGS, ROOT_ARGS
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._deploy_lock import DeployLockHeld, acquire, release
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._deploy_lock import (
+    DEFAULT_LEASE,
+    DeployLockHeld,
+    acquire,
+    release,
+)
 
 
 def main() -> None:
@@ -104,7 +109,7 @@ def main() -> None:
             **INSTANCE_ARGS,
             holder=dict(type="str", required=True),
             state=dict(type="str", choices=["present", "absent"], default="present"),
-            lease=dict(type="int", default=3600),
+            lease=dict(type="int", default=DEFAULT_LEASE),
         ),
         supports_check_mode=True,
     )

@@ -188,7 +188,12 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._build import (
     url_secrets,
 )
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import redact_url
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._drift import DriftError, FileExpectation, detect_drift
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._drift import (
+    LOCK_TIMEOUT,
+    DriftError,
+    FileExpectation,
+    detect_drift,
+)
 
 
 def main() -> None:
@@ -214,7 +219,7 @@ def main() -> None:
             "unit": {"type": "str"},
             "unit_enabled": {"type": "bool", "default": True},
             "good_statuses": {"type": "list", "elements": "str", "default": ["good"]},
-            "lock_timeout": {"type": "float", "default": 10},
+            "lock_timeout": {"type": "float", "default": LOCK_TIMEOUT},
         },
         supports_check_mode=True,
     )

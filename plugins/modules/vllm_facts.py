@@ -312,6 +312,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._args import ROOT_
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._facts import (
     DEFAULT_CAPABILITIES_TIMEOUT,
     DEFAULT_REQUIRED_EXTENSIONS,
+    DEFAULT_TIMEOUT,
     FactsError,
     gather_facts,
 )
@@ -332,7 +333,7 @@ def main() -> None:
                     "pattern": {"type": "str", "required": True},
                 },
             },
-            "timeout": {"type": "float", "default": 180},
+            "timeout": {"type": "float", "default": DEFAULT_TIMEOUT},
             "capabilities": {"type": "bool", "default": True},
             "capabilities_timeout": {"type": "float", "default": DEFAULT_CAPABILITIES_TIMEOUT},
         },

@@ -297,7 +297,12 @@ diff:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._args import KEEP_RELEASES_ARGS, ROOT_ARGS
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._releases import ACTIONS, ReleaseError, run_action
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._releases import (
+    ACTIONS,
+    LOCK_TIMEOUT,
+    ReleaseError,
+    run_action,
+)
 
 
 def main() -> None:
@@ -319,7 +324,7 @@ def main() -> None:
                     "optional": {"type": "bool", "default": False},
                 },
             },
-            "lock_timeout": {"type": "float", "default": 600},
+            "lock_timeout": {"type": "float", "default": LOCK_TIMEOUT},
         },
         required_if=[("action", "activate", ["release"]), ("action", "keep", ["keep_files"])],
         supports_check_mode=True,

@@ -81,7 +81,7 @@ incomplete:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._args import ROOT_ARGS
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._releases import ReleaseError, run_action
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._releases import LOCK_TIMEOUT, ReleaseError, run_action
 
 # what a read-only look returns; the rest of vllm_release's result is about changes
 INFO_KEYS = ("current", "previous", "last_good", "release", "releases", "history", "incomplete")
@@ -92,7 +92,7 @@ def main() -> None:
         argument_spec={
             **ROOT_ARGS,
             "release": {"type": "str"},
-            "lock_timeout": {"type": "float", "default": 600},
+            "lock_timeout": {"type": "float", "default": LOCK_TIMEOUT},
         },
         supports_check_mode=True,
     )

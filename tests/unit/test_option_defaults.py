@@ -85,8 +85,22 @@ def _feeds_of(args: Any, modules: List[str], where: str) -> Iterator[Feed]:
                 break
 
 
+def _aliases(root: Path) -> Dict[str, str]:
+    """X -> Y for each `X: "{{ Y }}"` of role defaults, role vars and `vars:` of the task files: Y feeds X's."""
+    found: Dict[str, str] = {}
+    mappings = [_yaml(path) for path in sorted(root.glob("roles/*/defaults/main.yml"))]
+    mappings += [_yaml(path) for path in sorted(root.glob("roles/*/vars/*.yml"))]
+    mappings += [node.get("vars") for path in task_files(root) for node in _nodes(_yaml(path))]
+    for mapping in mappings:
+        for var, value in mapping.items() if isinstance(mapping, dict) else ():
+            match = DIRECT.match(value.strip()) if isinstance(value, str) else None
+            if match and match.group(1) != var:
+                found[var] = match.group(1)
+    return found
+
+
 def feeds(root: Path = ROOT) -> List[Feed]:
-    """Every variable -> module option the task files pass on as it is."""
+    """Every variable -> module option the task files pass on as it is, through aliases too."""
     groups = (_yaml(root / "meta" / "runtime.yml") or {}).get("action_groups") or {}
     found: List[Feed] = []
     for path in task_files(root):
@@ -101,6 +115,14 @@ def feeds(root: Path = ROOT) -> List[Feed]:
             for key, args in node.items():
                 if key.startswith(PREFIX) and key[len(PREFIX) :] in MODULES:
                     found += _feeds_of(args, [key[len(PREFIX) :]], where)
+    aliases = _aliases(root)
+    for feed in list(found):
+        seen = {feed.var}
+        var = feed.var
+        while var in aliases and aliases[var] not in seen:  # X: "{{ Y }}", Y: "{{ Z }}" ...
+            var = aliases[var]
+            seen.add(var)
+            found.append(Feed(var, feed.module, feed.option, feed.omits_empty, feed.where))
     return found
 
 
@@ -158,10 +180,10 @@ def written_defaults(root: Path = ROOT) -> List[Tuple[str, Any, str]]:
         found += _literal_defaults(data, where)
         for node in _nodes(data):
             for var, value in (node.get("vars") or {}).items() if isinstance(node.get("vars"), dict) else ():
-                if not (isinstance(value, str) and "{{" in value):
-                    found.append((var, value, where))
+                found.append((var, value, where))
     found += _documented_defaults(root / "docs" / "variables.md")
-    return found
+    # A template is no literal default: what it renders to is another variable's (an alias, checked there).
+    return [item for item in found if not (isinstance(item[1], str) and "{{" in item[1])]
 
 
 def same(value: Any, default: Any, kind: str) -> bool:
@@ -271,8 +293,13 @@ SPECS = {
             "| `vllm_keep` | deploy | int | (`vllm_release`'s own, 4) | Kept. |\n",
             "variables.md: vllm_keep is 4",
         ),
+        (
+            "roles/b/defaults/main.yml",
+            'vllm_keep: "{{ shared_keep }}"\nshared_keep: 7\n',
+            "roles/b/defaults/main.yml: shared_keep is 7",
+        ),
     ],
-    ids=["role-default", "role-spec", "playbook", "docs"],
+    ids=["role-default", "role-spec", "playbook", "docs", "alias"],
 )
 def test_a_value_that_disagrees_with_the_module_fails(tmp_path, where, text, expected):
     root = _tree(tmp_path, {"meta/runtime.yml": RUNTIME, "roles/a/tasks/main.yml": GROUP_TASKS, where: text})

@@ -6,6 +6,7 @@ from __future__ import annotations
 class ModuleDocFragment:
     # The options that name a release: vllm_build builds it, vllm_drift looks it up. One text, one
     # argument spec (module_utils/_build_options.py BUILD_ARGUMENT_SPEC), so both always agree on the name.
+    # Used with vllm_ops.dflash.common (root's type and default) and vllm_ops.dflash.common.installer.
     # ansible-test needs DOCUMENTATION as a literal; validate-modules and
     # tests/unit/plugins/module_utils/test_build_options.py keep each `default:` equal to the spec's.
     DOCUMENTATION = r"""
@@ -37,27 +38,6 @@ options:
       - A C(releases/), C(wheels/), C(src/) or C(build/) that leads out of it (a symlink to another disk) is
         refused by M(vllm_ops.dflash.vllm_build) - a build deletes debris in them; mount the disk there
         instead, or point O(root) at it.
-    type: path
-    default: "/opt/vllm"
-  python:
-    description:
-      - The interpreter to create the release venv with, as a command on PATH or a path. Its absolute path and
-        version are build inputs.
-      - It needs the C(venv) module with C(ensurepip) (Debian and Ubuntu - the C(python3-venv) package) unless
-        the installer is uv.
-    type: str
-    default: "python3"
-  installer:
-    description:
-      - What creates the venv, builds the wheel and installs it. V(pip) - C(python -m venv), C(pip wheel),
-        C(pip install). V(uv) - C(uv venv), C(uv build --wheel), C(uv pip install). V(auto) - uv if there is one
-        (O(root)C(/tools/bin/uv) first - the pinned uv the C(vllm_install) role provisions on a host without
-        uv - then C(uv) on PATH), else pip. The resolved installer is a build input.
-      - uv installs by hardlink from its cache O(root)C(/cache/uv) (C(UV_LINK_MODE=hardlink), on the file system
-        of the releases), so releases that share packages share their disk blocks.
-    type: str
-    default: "auto"
-    choices: [auto, uv, pip]
   build_env:
     description:
       - Extra environment for every build step, on top of the module's environment, for example C(MAX_JOBS),

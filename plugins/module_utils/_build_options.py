@@ -2,8 +2,9 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The options of vllm_build: one argument spec, the typed options built from it, and their checks.
 
-BUILD_ARGUMENT_SPEC is the only place a default is written: BuildOptions fills what it is not given
-from it, and the doc fragment `vllm_ops.dflash.build` renders its `default:` lines from it.
+BUILD_ARGUMENT_SPEC is the only place a build option's default is written (the families several modules share,
+root, python, installer, keep_releases, come from _args): BuildOptions fills what it is not given from it,
+and the doc fragment `vllm_ops.dflash.build` repeats its `default:` lines (tests keep them equal).
 Options are checked here before anything is read or written on the host (bad input changes nothing).
 """
 
@@ -14,6 +15,12 @@ import os
 import re
 from typing import Any, Dict, List, Mapping, Optional, Set
 
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._args import (
+    INSTALLER_ARGS,
+    INSTALLERS,
+    KEEP_RELEASES_ARGS,
+    ROOT_ARGS,
+)
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import redact_url, secret_name
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._precompiled import (
     MODES,
@@ -42,19 +49,18 @@ __all__ = [
     "validate_release",
 ]
 
-INSTALLERS = ("auto", "uv", "pip")
 MASK = "********"
 _HEX = re.compile(r"[0-9a-f]{4,40}")
 
-# The options that name a release (doc fragment vllm_ops.dflash.build): vllm_build's and vllm_drift's.
+# The options that name a release (doc fragments vllm_ops.dflash.build, .common, .common.installer):
+# vllm_build's and vllm_drift's.
 BUILD_ARGUMENT_SPEC: Dict[str, Dict[str, Any]] = {
     # Required unless `version` is set (validate): a release from an index needs no git.
     "repo": {"type": "str"},
     "ref": {"type": "str"},
     "expected_commit": {"type": "str"},
-    "root": {"type": "path", "default": "/opt/vllm"},
-    "python": {"type": "str", "default": "python3"},
-    "installer": {"type": "str", "choices": list(INSTALLERS), "default": "auto"},
+    **ROOT_ARGS,
+    **INSTALLER_ARGS,
     "build_env": {"type": "dict", "default": {}},
     "build_timeout": {"type": "int", "default": 3600},
     "build_isolation": {"type": "bool", "default": True},
@@ -77,7 +83,7 @@ BUILD_ARGUMENT_SPEC: Dict[str, Dict[str, Any]] = {
 
 # vllm_build's own options besides those (documented in the module).
 VLLM_BUILD_ARGUMENT_SPEC: Dict[str, Dict[str, Any]] = {
-    "keep_releases": {"type": "int", "default": 3},
+    **KEEP_RELEASES_ARGS,
     "run_id": {"type": "str"},
 }
 

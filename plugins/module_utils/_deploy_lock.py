@@ -19,7 +19,7 @@ from typing import Any, Dict, Optional
 
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._lock import host_lock
 
-__all__ = ["DeployLockHeld", "acquire", "lock_path", "release"]
+__all__ = ["DEFAULT_LEASE", "DeployLockHeld", "acquire", "lock_path", "release"]
 
 DEFAULT_LEASE = 3600
 

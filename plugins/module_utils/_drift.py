@@ -33,9 +33,11 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._releases import (
     run_action,
 )
 
-__all__ = ["DriftError", "FileExpectation", "detect_drift"]
+__all__ = ["LOCK_TIMEOUT", "DriftError", "FileExpectation", "detect_drift"]
 
 HEALTH_TIMEOUT = 5.0
+# Seconds to wait for the host lock: a look never waits behind a build for long.
+LOCK_TIMEOUT = 10.0
 
 
 class DriftError(Exception):
@@ -245,7 +247,7 @@ def detect_drift(
     unit_enabled: bool = True,
     recorded_inputs: Sequence[str] = (),
     good_statuses: Sequence[str] = ("good",),
-    lock_timeout: float = 10.0,
+    lock_timeout: float = LOCK_TIMEOUT,
 ) -> Dict[str, Any]:
     """The drift result: `unchanged` is True only when a deploy with these options would change nothing.
 

@@ -25,6 +25,7 @@ import time
 import uuid
 from typing import Any, Dict, List, NamedTuple, Optional, Pattern, Tuple
 
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._args import ROOT
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._capability_script import (
     CapabilityError,
     capability_command,
@@ -46,6 +47,7 @@ __all__ = [
     "CAPABILITIES_FILE",
     "DEFAULT_CAPABILITIES_TIMEOUT",
     "DEFAULT_REQUIRED_EXTENSIONS",
+    "DEFAULT_TIMEOUT",
     "FactsError",
     "gather_facts",
     "has_gpu_driver",
@@ -71,6 +73,8 @@ _STDERR_TAIL = 2000
 # takes 86 s on a busy 2-core host, so each release pays it once (at the gather right after its build).
 CAPABILITIES_FILE = "capabilities.json"
 DEFAULT_CAPABILITIES_TIMEOUT = 300.0
+# Seconds for the import check and the probes in the release venv.
+DEFAULT_TIMEOUT = 180.0
 
 
 class FactsError(Exception):
@@ -466,11 +470,11 @@ def gather_capabilities(
 
 
 def gather_facts(
-    root: str = "/opt/vllm",
+    root: str = ROOT,
     venv: Optional[str] = None,
     required_extensions: Optional[List[str]] = None,
     probes: Optional[List[Dict[str, Any]]] = None,
-    timeout: float = 180.0,
+    timeout: float = DEFAULT_TIMEOUT,
     capabilities: bool = True,
     capabilities_timeout: float = DEFAULT_CAPABILITIES_TIMEOUT,
     check_mode: bool = False,

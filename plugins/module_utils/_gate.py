@@ -78,8 +78,8 @@ class GateSettings:
     api_key: Optional[str] = None
     prompts: Sequence[str] = ()
     requests: int = 24
-    max_tokens: int = 128
-    concurrency: int = 4
+    max_tokens: int = Workload.max_tokens  # a workload's sizes, written once in _workload
+    concurrency: int = Workload.concurrency
     min_mean_acceptance_length: float = 2.0
     min_draft_acceptance_rate: Optional[float] = None
     min_drafts: int = 50

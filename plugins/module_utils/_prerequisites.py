@@ -18,6 +18,8 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._args import INSTALLER, PYTHON, ROOT
+
 # vLLM's requires-python: >=3.10,<3.14 (0.26-0.33).
 PYTHON_MIN: Tuple[int, int] = (3, 10)
 PYTHON_MAX: Tuple[int, int] = (3, 13)
@@ -67,10 +69,10 @@ class Observed:
 class Need:
     """What this deploy needs of the host (the role's options)."""
 
-    python: str = "python3"
-    root: str = "/opt/vllm"
+    python: str = PYTHON
+    root: str = ROOT
     git: bool = True  # a ref install clones (the build host only)
-    installer: str = "auto"  # auto, uv, pip: without a uv, `python -m venv` with pip makes the venvs
+    installer: str = INSTALLER  # auto, uv, pip: without a uv, `python -m venv` with pip makes the venvs
     full_build: bool = False  # nvcc compiles vLLM's kernels here
     cuda: str = "12.9"  # the CUDA torch was built for ("" skips the driver check: a CPU host)
     min_free_gb: float = 30.0

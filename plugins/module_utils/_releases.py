@@ -34,6 +34,7 @@ __all__ = [
     "ACTIONS",
     "CURRENT_LINK",
     "KEEP_ACTIONS",
+    "LOCK_TIMEOUT",
     "MANIFEST_NAME",
     "RELEASES_DIR",
     "RELEASE_NAME",
@@ -56,6 +57,8 @@ CURRENT_LINK = "current"
 RELEASES_DIR = "releases"
 WHEELS_DIR = "wheels"
 MANIFEST_NAME = "manifest.json"
+# Seconds to wait for the host lock (the vllm_release and vllm_release_info default).
+LOCK_TIMEOUT = 600.0
 ACTIONS = ("activate", "rollback", "prune", "mark_good", "mark_failed", "keep", "status")
 # The actions that take keep_files: a passed verdict, or keeping alone (a gate that did not run).
 KEEP_ACTIONS = ("mark_good", "keep")
@@ -793,7 +796,7 @@ def run_action(
     reason: Optional[str] = None,
     details: Optional[Dict[str, Any]] = None,
     check_mode: bool = False,
-    lock_timeout: float = 600.0,
+    lock_timeout: float = LOCK_TIMEOUT,
     protect: Sequence[str] = (),
     keep_files: Optional[Sequence[Dict[str, Any]]] = None,
 ) -> Dict[str, Any]:

@@ -26,6 +26,7 @@ import re
 from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
 __all__ = [
+    "ALERT_MARGIN",
     "METRIC_NAMES",
     "TextfileError",
     "escape_help",
@@ -57,6 +58,9 @@ FAMILIES: Tuple[Tuple[str, str], ...] = (
     ("dflash_gate_timestamp_seconds", "When the gate's traffic ended (Unix time)."),
 )
 METRIC_NAMES: Tuple[str, ...] = tuple(family[0] for family in FAMILIES)
+
+# How far below the gated acceptance length the live one may fall before the alert (acceptance_metrics).
+ALERT_MARGIN = 0.5
 
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 # Labels this file sets itself; an extra label may not take one of these names.
@@ -157,7 +161,7 @@ def gate_samples(
     gate: Mapping[str, Any],
     vllm_instance: str,
     release: str = "",
-    alert_margin: float = 0.5,
+    alert_margin: float = ALERT_MARGIN,
     labels: Optional[Mapping[str, Any]] = None,
 ) -> List[Sample]:
     """The samples of one gate result: `gate` is acceptance_gate's registered result or its report.
@@ -221,7 +225,7 @@ def render_gate(
     gate: Mapping[str, Any],
     vllm_instance: str,
     release: str = "",
-    alert_margin: float = 0.5,
+    alert_margin: float = ALERT_MARGIN,
     labels: Optional[Mapping[str, Any]] = None,
 ) -> str:
     """The metrics file for one gate result (see gate_samples)."""

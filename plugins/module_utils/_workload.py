@@ -193,8 +193,9 @@ def load_workload(data: Any, source: str = "inline") -> Workload:
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature <= 2:
         problems.append(f"temperature must be a number from 0 to 2, got {temperature!r}")
         temperature = 0
-    max_tokens = _int(data.get("max_tokens", 128), "max_tokens", 1, problems) or 128
-    concurrency = _int(data.get("concurrency", 4), "concurrency", 1, problems) or 4
+    sizes = Workload  # the defaults, the dataclass's own
+    max_tokens = _int(data.get("max_tokens", sizes.max_tokens), "max_tokens", 1, problems) or sizes.max_tokens
+    concurrency = _int(data.get("concurrency", sizes.concurrency), "concurrency", 1, problems) or sizes.concurrency
     seed = data.get("seed", 0)
     if seed is not None:
         seed = _int(seed, "seed", 0, problems)

@@ -384,22 +384,24 @@ FIGURES = (
     "tokens_per_second",
 )
 
+# The defaults are GateSettings' and RelativeRules' (the cores'), written once there. requests, max_tokens and
+# concurrency have none here: unset, the workload's (or GateSettings') apply.
 ARGUMENT_SPEC = dict(
-    url=dict(type="str", default="http://127.0.0.1:8000"),
+    url=dict(type="str", default=GateSettings.url),
     model=dict(type="str", required=True),
     api_key=dict(type="str", no_log=True),
     prompts=dict(type="list", elements="str"),
     requests=dict(type="int"),
     max_tokens=dict(type="int", no_log=False),  # a token count, not a secret
     concurrency=dict(type="int"),
-    min_mean_acceptance_length=dict(type="float", default=2.0),
+    min_mean_acceptance_length=dict(type="float", default=GateSettings.min_mean_acceptance_length),
     min_draft_acceptance_rate=dict(type="float"),
-    min_drafts=dict(type="int", default=50),
+    min_drafts=dict(type="int", default=GateSettings.min_drafts),
     num_speculative_tokens=dict(type="int", no_log=False),  # a count, not a secret
-    timeout=dict(type="float", default=60),
+    timeout=dict(type="float", default=GateSettings.timeout),
     deadline=dict(type="float"),
     report_path=dict(type="path"),
-    validate_certs=dict(type="bool", default=True),
+    validate_certs=dict(type="bool", default=GateSettings.validate_certs),
     workload=dict(type="dict"),
     workload_source=dict(type="str", default="workload"),
     validate_only=dict(type="bool", default=False),
@@ -407,10 +409,10 @@ ARGUMENT_SPEC = dict(
     release=dict(type="str"),
     baseline_release=dict(type="str"),
     results_dir=dict(type="path"),
-    max_acceptance_drop=dict(type="float", default=0.10),
-    max_position0_drop=dict(type="float", default=0.10),
-    max_throughput_drop=dict(type="float", default=0.25),
-    min_identical_outputs=dict(type="float", default=1.0),
+    max_acceptance_drop=dict(type="float", default=RelativeRules.max_acceptance_drop),
+    max_position0_drop=dict(type="float", default=RelativeRules.max_position0_drop),
+    max_throughput_drop=dict(type="float", default=RelativeRules.max_throughput_drop),
+    min_identical_outputs=dict(type="float", default=RelativeRules.min_identical_outputs),
     disabled_rules=dict(type="list", elements="str", choices=list(RULES), default=[]),
 )
 

@@ -97,15 +97,17 @@ metrics:
 
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._args import INSTANCE
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import write_text_atomic
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._textfile import TextfileError, render_gate
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._textfile import ALERT_MARGIN, TextfileError, render_gate
 
 ARGUMENT_SPEC = dict(
     path=dict(type="path", required=True),
     gate=dict(type="dict", required=True),
-    vllm_instance=dict(type="str", default="default"),
+    # The instance option under the name of its label (the instance family of _args).
+    vllm_instance=dict(type="str", default=INSTANCE),
     release=dict(type="str", default=""),
-    alert_margin=dict(type="float", default=0.5),
+    alert_margin=dict(type="float", default=ALERT_MARGIN),
     labels=dict(type="dict", default={}),
 )
 

@@ -23,6 +23,9 @@ author: vllm_ops maintainers (@vllm-ops)
 extends_documentation_fragment:
   - vllm_ops.dflash.attributes
   - vllm_ops.dflash.build
+  - vllm_ops.dflash.common
+  - vllm_ops.dflash.common.installer
+  - vllm_ops.dflash.common.keep_releases
 attributes:
   check_mode:
     support: full
@@ -41,8 +44,6 @@ options:
     description:
       - How many of the newest releases to keep after a successful build, besides the current and previous ones.
         V(0) never deletes anything.
-    type: int
-    default: 3
   run_id:
     description:
       - An identifier of this run, written into O(root)C(/build-status.json) so that a poller can tell this run's

@@ -19,6 +19,8 @@ version_added: 0.2.0
 author: vllm_ops maintainers (@vllm-ops)
 extends_documentation_fragment:
   - vllm_ops.dflash.attributes
+  - vllm_ops.dflash.common
+  - vllm_ops.dflash.common.instance
 attributes:
   check_mode:
     support: full
@@ -33,12 +35,8 @@ attributes:
 options:
   root:
     description: Root of releases and state.json on the host (the lock file goes there).
-    type: path
-    default: /opt/vllm
   instance:
     description: The instance the deploy works on; each has its own lock.
-    type: str
-    default: default
   holder:
     description: The deploy's id; the same for the take and the release.
     type: str
@@ -95,17 +93,23 @@ held_by:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._deploy_lock import DeployLockHeld, acquire, release
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._args import INSTANCE_ARGS, ROOT_ARGS
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._deploy_lock import (
+    DEFAULT_LEASE,
+    DeployLockHeld,
+    acquire,
+    release,
+)
 
 
 def main() -> None:
     module = AnsibleModule(
         argument_spec=dict(
-            root=dict(type="path", default="/opt/vllm"),
-            instance=dict(type="str", default="default"),
+            **ROOT_ARGS,
+            **INSTANCE_ARGS,
             holder=dict(type="str", required=True),
             state=dict(type="str", choices=["present", "absent"], default="present"),
-            lease=dict(type="int", default=3600),
+            lease=dict(type="int", default=DEFAULT_LEASE),
         ),
         supports_check_mode=True,
     )

@@ -30,6 +30,8 @@ extends_documentation_fragment:
   - vllm_ops.dflash.attributes
   - vllm_ops.dflash.attributes.info_module
   - vllm_ops.dflash.build
+  - vllm_ops.dflash.common
+  - vllm_ops.dflash.common.installer
 options:
   files:
     description:
@@ -186,7 +188,12 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._build import (
     url_secrets,
 )
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import redact_url
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._drift import DriftError, FileExpectation, detect_drift
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._drift import (
+    LOCK_TIMEOUT,
+    DriftError,
+    FileExpectation,
+    detect_drift,
+)
 
 
 def main() -> None:
@@ -212,7 +219,7 @@ def main() -> None:
             "unit": {"type": "str"},
             "unit_enabled": {"type": "bool", "default": True},
             "good_statuses": {"type": "list", "elements": "str", "default": ["good"]},
-            "lock_timeout": {"type": "float", "default": 10},
+            "lock_timeout": {"type": "float", "default": LOCK_TIMEOUT},
         },
         supports_check_mode=True,
     )

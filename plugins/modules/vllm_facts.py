@@ -41,6 +41,7 @@ author: vllm_ops maintainers (@vllm-ops)
 extends_documentation_fragment:
   - vllm_ops.dflash.attributes
   - vllm_ops.dflash.attributes.facts
+  - vllm_ops.dflash.common
 attributes:
   check_mode:
     support: full
@@ -56,8 +57,6 @@ attributes:
 options:
   root:
     description: The vLLM root; used for the default of O(venv).
-    type: path
-    default: /opt/vllm
   venv:
     description: The venv to inspect. Default O(root)C(/current/venv), the venv of the current release.
     type: path
@@ -309,9 +308,11 @@ ansible_facts:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._args import ROOT_ARGS
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._facts import (
     DEFAULT_CAPABILITIES_TIMEOUT,
     DEFAULT_REQUIRED_EXTENSIONS,
+    DEFAULT_TIMEOUT,
     FactsError,
     gather_facts,
 )
@@ -320,7 +321,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._facts import (
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "root": {"type": "path", "default": "/opt/vllm"},
+            **ROOT_ARGS,
             "venv": {"type": "path"},
             "required_extensions": {"type": "list", "elements": "str", "default": DEFAULT_REQUIRED_EXTENSIONS},
             "probes": {
@@ -332,7 +333,7 @@ def main() -> None:
                     "pattern": {"type": "str", "required": True},
                 },
             },
-            "timeout": {"type": "float", "default": 180},
+            "timeout": {"type": "float", "default": DEFAULT_TIMEOUT},
             "capabilities": {"type": "bool", "default": True},
             "capabilities_timeout": {"type": "float", "default": DEFAULT_CAPABILITIES_TIMEOUT},
         },

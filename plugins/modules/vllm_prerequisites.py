@@ -23,15 +23,13 @@ author: vllm_ops maintainers (@vllm-ops)
 extends_documentation_fragment:
   - vllm_ops.dflash.attributes
   - vllm_ops.dflash.attributes.info_module
+  - vllm_ops.dflash.common
+  - vllm_ops.dflash.common.installer
 options:
   python:
     description: The python vLLM's venvs are made with (the role's C(vllm_python)), a name on the PATH or a path.
-    type: str
-    default: python3
   root:
     description: The root of the releases; the free space is read on it, or on its nearest directory that exists.
-    type: path
-    default: /opt/vllm
   git:
     description: Whether git is needed (a C(vllm_ref) install clones vLLM on the build host).
     type: bool
@@ -41,9 +39,6 @@ options:
       - The installer of the builds (the role's C(vllm_installer)). Without a uv (the collection's in O(root)/tools,
         or one on the PATH) or with V(pip), C(python -m venv) must make a venv with pip - the uv provisioning and
         the pip installer run it.
-    type: str
-    choices: [auto, uv, pip]
-    default: auto
   full_build:
     description: Whether this host compiles vLLM's kernels (gcc, g++ and nvcc are needed).
     type: bool
@@ -130,6 +125,7 @@ observed:
 from dataclasses import asdict
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._args import INSTALLER_ARGS, ROOT_ARGS
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._prerequisites import (
     Need,
     PrerequisiteError,
@@ -144,14 +140,14 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._prerequisites imp
 def main() -> None:
     module = AnsibleModule(
         argument_spec=dict(
-            python=dict(type="str", default="python3"),
-            root=dict(type="path", default="/opt/vllm"),
-            git=dict(type="bool", default=True),
-            installer=dict(type="str", choices=["auto", "uv", "pip"], default="auto"),
-            full_build=dict(type="bool", default=False),
-            cuda=dict(type="str", default="12.9"),
+            **INSTALLER_ARGS,
+            **ROOT_ARGS,
+            # The defaults are Need's (the core's), written once there.
+            git=dict(type="bool", default=Need.git),
+            full_build=dict(type="bool", default=Need.full_build),
+            cuda=dict(type="str", default=Need.cuda),
             cuda_home=dict(type="path"),
-            min_free_gb=dict(type="float", default=30),
+            min_free_gb=dict(type="float", default=Need.min_free_gb),
             fail=dict(type="bool", default=True),
         ),
         supports_check_mode=True,

@@ -24,6 +24,8 @@ version_added: 0.1.0
 author: vllm_ops maintainers (@vllm-ops)
 extends_documentation_fragment:
   - vllm_ops.dflash.attributes
+  - vllm_ops.dflash.common
+  - vllm_ops.dflash.common.keep_releases
 attributes:
   check_mode:
     support: full
@@ -45,8 +47,6 @@ attributes:
 options:
   root:
     description: The vLLM root holding C(releases/), C(current), C(wheels/) and C(state.json).
-    type: path
-    default: /opt/vllm
   action:
     description:
       - V(activate) points C(current) at O(release) and records it (status C(active), C(previous) = the old current).
@@ -76,8 +76,6 @@ options:
     type: str
   keep_releases:
     description: How many of the newest releases O(action=prune) keeps, besides the current and previous ones.
-    type: int
-    default: 3
   reason:
     description:
       - Why; stored with the release for O(action=mark_good) / O(action=mark_failed) (a mark without
@@ -298,16 +296,22 @@ diff:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._releases import ACTIONS, ReleaseError, run_action
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._args import KEEP_RELEASES_ARGS, ROOT_ARGS
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._releases import (
+    ACTIONS,
+    LOCK_TIMEOUT,
+    ReleaseError,
+    run_action,
+)
 
 
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "root": {"type": "path", "default": "/opt/vllm"},
+            **ROOT_ARGS,
             "action": {"type": "str", "choices": list(ACTIONS), "default": "status"},
             "release": {"type": "str"},
-            "keep_releases": {"type": "int", "default": 3},
+            **KEEP_RELEASES_ARGS,
             "reason": {"type": "str"},
             "details": {"type": "dict"},
             "keep_files": {
@@ -320,7 +324,7 @@ def main() -> None:
                     "optional": {"type": "bool", "default": False},
                 },
             },
-            "lock_timeout": {"type": "float", "default": 600},
+            "lock_timeout": {"type": "float", "default": LOCK_TIMEOUT},
         },
         required_if=[("action", "activate", ["release"]), ("action", "keep", ["keep_files"])],
         supports_check_mode=True,

@@ -19,11 +19,10 @@ author: vllm_ops maintainers (@vllm-ops)
 extends_documentation_fragment:
   - vllm_ops.dflash.attributes
   - vllm_ops.dflash.attributes.info_module
+  - vllm_ops.dflash.common
 options:
   root:
     description: The vLLM root holding C(releases/), C(current) and C(state.json).
-    type: path
-    default: /opt/vllm
   release:
     description: A release to resolve (name, unique prefix, commit prefix or path); returned as RV(release).
     type: str
@@ -81,7 +80,8 @@ incomplete:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._releases import ReleaseError, run_action
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._args import ROOT_ARGS
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._releases import LOCK_TIMEOUT, ReleaseError, run_action
 
 # what a read-only look returns; the rest of vllm_release's result is about changes
 INFO_KEYS = ("current", "previous", "last_good", "release", "releases", "history", "incomplete")
@@ -90,9 +90,9 @@ INFO_KEYS = ("current", "previous", "last_good", "release", "releases", "history
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "root": {"type": "path", "default": "/opt/vllm"},
+            **ROOT_ARGS,
             "release": {"type": "str"},
-            "lock_timeout": {"type": "float", "default": 600},
+            "lock_timeout": {"type": "float", "default": LOCK_TIMEOUT},
         },
         supports_check_mode=True,
     )

@@ -93,27 +93,3 @@ def test_a_github_pat_and_glued_markers_are_masked_in_the_recorded_build_env():
     assert [recorded[name] for name in ("GITHUB_PAT", "HFTOKEN", "OPENAI_APIKEY")] == [MASK] * 3
     assert (recorded["TOKENIZERS_PARALLELISM"], recorded["PYTHONPATH"]) == ("false", "/opt/src")
     assert option_secrets({"build_env": env}) == {"ghp_1", "hf_2", "sk_3"}
-
-
-def test_the_doc_fragment_takes_its_defaults_from_the_spec():
-    yaml = pytest.importorskip("yaml")
-    from ansible_collections.vllm_ops.dflash.plugins.doc_fragments.build import ModuleDocFragment
-
-    documented = yaml.safe_load(ModuleDocFragment.DOCUMENTATION)["options"]
-    assert set(documented) == set(BUILD_ARGUMENT_SPEC)
-    for name, spec in BUILD_ARGUMENT_SPEC.items():
-        assert documented[name].get("default") == spec.get("default"), name
-        assert documented[name]["type"] == spec["type"], name
-
-
-def test_the_doc_fragment_documents_every_option_with_the_specs_default():
-    """ansible-test wants the fragment as a literal; this keeps its defaults those of BUILD_ARGUMENT_SPEC."""
-    import yaml
-    from ansible_collections.vllm_ops.dflash.plugins.doc_fragments.build import ModuleDocFragment
-    from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_options import BUILD_ARGUMENT_SPEC
-
-    options = yaml.safe_load(ModuleDocFragment.DOCUMENTATION)["options"]
-    assert set(options) == set(BUILD_ARGUMENT_SPEC)
-    for name, spec in BUILD_ARGUMENT_SPEC.items():
-        assert options[name]["type"] == spec.get("type", "str"), name
-        assert options[name].get("default") == spec.get("default"), name

@@ -17,7 +17,7 @@ import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Mapping, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import jinja2
 import jinja2.nodes
@@ -201,8 +201,9 @@ def disagreements(
     found_feeds: List[Feed],
     values: List[Tuple[str, Any, str]],
     specs: Mapping[str, Mapping[str, Dict[str, Any]]],
-    chosen: Mapping[Tuple[str, str, str], str] = CHOSEN,
+    chosen: Optional[Mapping[Tuple[str, str, str], str]] = None,
 ) -> List[str]:
+    chosen = CHOSEN if chosen is None else chosen
     problems = []
     by_var: Dict[str, List[Feed]] = {}
     for feed in found_feeds:
@@ -237,7 +238,7 @@ def test_the_feeds_are_found_in_the_roles_and_playbooks():
     """The mapping is read, not empty: root through module_defaults, the gate's thresholds from its role."""
     found = {(feed.var, feed.module, feed.option) for feed in checkout()[0]}
     assert ("vllm_root", "vllm_release", "root") in found
-    assert any(module == "acceptance_gate" and option == "min_mean_acceptance_length" for _, module, option in found)
+    assert any(module == "acceptance_gate" and option == "min_mean_acceptance_length" for _var, module, option in found)
 
 
 def test_each_chosen_difference_is_real():

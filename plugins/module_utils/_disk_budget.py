@@ -112,6 +112,8 @@ class Usage:
     def _walk(self, tops: Dict[str, Tuple[str, Optional[str]]]) -> int:
         """Walk the root once (lstat, no link followed); return its bytes, each inode once."""
         found: List[Part] = []
+        if not os.path.isdir(self.root):
+            return 0
         stack: List[Tuple[str, Optional[Part]]] = [(self.root, None)]
         self._count(os.lstat(self.root), None)
         while stack:
@@ -252,6 +254,7 @@ class Budget:
             "used_bytes_after": self.left,
             "freed": [{"path": part.path, "kind": part.kind, "bytes": freed} for part, freed in self.chosen],
             "kept": sorted(self.usage.needed),
+            "fits": self.fits,
         }
 
 
@@ -277,10 +280,12 @@ def plan(
     return Budget(usage, budget_gb, need, gone, reference)
 
 
-def apply(budget: Budget, keep_releases: int, what: str, check_mode: bool) -> Dict[str, Any]:
-    """Check the plan (BudgetError when it cannot fit), then free it unless in check mode: the releases through
-    the release prune (state.json forgets them, their wheels go along), then the other parts. The `disk` result."""
-    budget.check(what)
+def apply(budget: Budget, keep_releases: int, what: str, check_mode: bool, strict: bool = True) -> Dict[str, Any]:
+    """Check the plan (BudgetError when it cannot fit; `strict` False: free what may go all the same), then free it
+    unless in check mode: the releases through the release prune (state.json forgets them, their wheels go along),
+    then the other parts. The `disk` result."""
+    if strict:
+        budget.check(what)
     if not check_mode:
         if budget.releases:
             run_action_unlocked(

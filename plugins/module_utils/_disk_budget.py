@@ -2,12 +2,13 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """One disk budget for a root: measure its parts and free the oldest first (vllm_build, vllm_release prune).
 
-The parts that may go: the installer caches (cache/uv, cache/pip), the compiler caches (cache/ccache,
-cache/sccache), the overlay's base wheel stubs (cache/overlay/<x>), the git mirrors (src/<slug>.git), wheels
-without a release and releases with their wheels. Never what serves (`current`), the last good release or the
-one a rollback goes to (_releases.needed_releases), never a path the caller protects (the mirror and release
-a build uses), never anything else under the root (logs, state, tools) and never anything outside it: the walk
-never follows a symlink, and a part whose directory leads out of the root is left out.
+The parts that may go: a killed build's debris (build/<name>: first), the installer caches (cache/uv,
+cache/pip), the compiler caches (cache/ccache, cache/sccache), the overlay's base wheel stubs
+(cache/overlay/<x>), the git mirrors (src/<slug>.git), wheels and releases (with their wheels). Never what
+serves (`current`), `previous`, the last good release or the one a rollback goes to (_releases.needed_releases),
+never a path the caller protects (the mirror and release a build uses), never anything else under the root
+(logs, state, tools) and never anything outside it: the walk never follows a symlink, and a part whose
+directory leads out of the root is left out.
 
 Bytes are allocated blocks (st_blocks), each inode counted once: uv hard-links its cache into every release, so
 deleting cache/uv frees only what no release links. The plan is greedy, oldest first (the newest mtime in a
@@ -53,7 +54,7 @@ class BudgetError(Exception):
 
 class Part(NamedTuple):
     path: str
-    kind: str  # release, wheels, mirror, uv_cache, pip_cache, compile_cache, overlay
+    kind: str  # release, wheels, mirror, build_debris, uv_cache, pip_cache, compile_cache, overlay
     release: Optional[str]  # the release name of a release or wheels part
     links: Dict[Inode, int]  # links of each inode inside the part
     size: int  # bytes of its inodes, each once (what it holds, shared or not)
@@ -102,6 +103,9 @@ class Usage:
         for name in self._children("src"):
             if name.endswith(".git"):
                 tops[os.path.join(self.root, "src", name)] = ("mirror", None)
+        for name in self._children("build"):
+            # Under the host lock no build runs: what is there is a killed build's, which the next build removes.
+            tops[os.path.join(self.root, "build", name)] = ("build_debris", None)
         for name in self._children("cache"):
             if name in _CACHES:
                 tops[os.path.join(self.root, "cache", name)] = (_CACHES[name], None)
@@ -176,30 +180,33 @@ class Budget:
         self.need = need
         self.reference = reference
         self.gone = set(gone)
-        left = dict(usage.nlink)
-
-        def take(part: Part) -> int:
-            freed = 0
-            for inode, count in part.links.items():
-                left[inode] -= count
-                if left[inode] <= 0:
-                    freed += usage.blocks[inode]
-            return freed
-
-        wheels = {part.release: part for part in usage.parts if part.kind == "wheels"}
-        # What the caller's prune removes anyway comes first, then the oldest parts while over the budget.
-        self.chosen: List[Tuple[Part, int]] = [(part, take(part)) for part in usage.parts if part.release in self.gone]
-        taken = {part.path for part, _ in self.chosen}
-        for part in sorted(usage.parts, key=lambda part: (part.used_at, part.path)):
-            if self.left + need <= self.budget:
+        self._links = dict(usage.nlink)  # links left of each inode once the chosen parts are gone
+        self._wheels = {part.release: part for part in usage.parts if part.kind == "wheels"}
+        self.chosen: List[Tuple[Part, int]] = []
+        # What the caller's prune removes anyway first, then while over: a killed build's debris (the next build
+        # removes it), then the oldest parts.
+        self.take([part for part in usage.parts if part.release in self.gone])
+        for part in sorted(usage.parts, key=lambda part: (part.kind != "build_debris", part.used_at, part.path)):
+            if self.fits:
                 break
-            if part.path in taken:
-                continue
-            group = [part] + ([wheels[part.release]] if part.kind == "release" and part.release in wheels else [])
-            for one in group:  # a release takes its wheels along (the release prune removes both)
-                if one.path not in taken:
-                    self.chosen.append((one, take(one)))
-                    taken.add(one.path)
+            self.take([part])
+
+    def take(self, parts: Iterable[Part]) -> None:
+        """Choose `parts` (a release takes its wheels along: the release prune removes both), each freeing what
+        no part left still links."""
+        taken = {part.path for part, _ in self.chosen}
+        for part in parts:
+            wheels = self._wheels.get(part.release) if part.kind == "release" else None
+            for one in [part] + ([wheels] if wheels is not None else []):
+                if one.path in taken:
+                    continue
+                freed = 0
+                for inode, count in one.links.items():
+                    self._links[inode] -= count
+                    if self._links[inode] <= 0:
+                        freed += self.usage.blocks[inode]
+                self.chosen.append((one, freed))
+                taken.add(one.path)
 
     @property
     def left(self) -> int:
@@ -288,10 +295,12 @@ def apply(budget: Budget, keep_releases: int, what: str, check_mode: bool, stric
         budget.check(what)
     if not check_mode:
         if budget.releases:
-            run_action_unlocked(
+            pruned = run_action_unlocked(
                 budget.usage.root, "prune", keep_releases=keep_releases, protect=sorted(budget.usage.needed),
                 drop=budget.releases,
-            )  # fmt: skip
+            )["pruned"]  # fmt: skip
+            # The prune also removes failed releases and unfinished ones: freed too.
+            budget.take([part for part in budget.usage.parts if part.kind == "release" and part.release in pruned])
         budget.free()
     return budget.result()
 

@@ -153,3 +153,23 @@ def test_the_prune_within_a_budget_goes_beyond_keep_and_reports_it(root):
     assert freed_paths(done["disk"]) == names[:2]
     assert sorted(os.listdir(root / "releases")) == names[2:]
     assert done["disk"]["used_bytes_after"] == pytest.approx(Usage(str(root)).used, abs=64 * 1024)
+
+
+def test_a_killed_builds_debris_goes_first_and_only_when_over(root):
+    blob(root / "cache" / "uv" / "w.whl", 2, mtime=1_600_000_000)  # older than the debris
+    blob(root / "build" / name_of(9) / "tmp" / "torch.whl", 2, mtime=1_900_000_000)
+    assert plan(str(root), gb(8), need=0).result()["freed"] == []
+    disk = apply(plan(str(root), gb(3), need=0), 3, "the root", check_mode=False)
+    assert [item["kind"] for item in disk["freed"]] == ["build_debris"]
+    assert not (root / "build" / name_of(9)).exists() and (root / "cache" / "uv" / "w.whl").is_file()
+
+
+def test_a_failed_release_the_prune_removes_along_is_reported_freed(root):
+    names = [release(root, index, mib=2, mtime=1_800_000_000 + index) for index in range(1, 4)]
+    run_action(str(root), "activate", release=names[2])
+    run_action(str(root), "mark_failed", release=names[1])
+    # Over by 1 MiB: the oldest (names[0]) is dropped; the prune takes the failed names[1] along.
+    disk = apply(plan(str(root), gb(5), need=0), 3, "the root", check_mode=False)
+    assert freed_paths(disk) == [names[0], names[1]]
+    assert os.listdir(root / "releases") == [names[2]]
+    assert disk["used_bytes_after"] == pytest.approx(Usage(str(root)).used, abs=64 * 1024)

@@ -167,7 +167,8 @@ class Usage:
 
 
 def gib(value: int) -> str:
-    return f"{value / GIB:.1f} GiB"
+    """Bytes in words: GiB, or MiB below one."""
+    return f"{value / GIB:.1f} GiB" if value >= GIB else f"{value / 1024**2:.1f} MiB"
 
 
 class Budget:

@@ -173,3 +173,25 @@ def test_a_failed_release_the_prune_removes_along_is_reported_freed(root):
     assert freed_paths(disk) == [names[0], names[1]]
     assert os.listdir(root / "releases") == [names[2]]
     assert disk["used_bytes_after"] == pytest.approx(Usage(str(root)).used, abs=64 * 1024)
+
+
+def test_after_a_build_the_oldest_go_but_never_the_release_made(root):
+    from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_options import BuildOptions
+    from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_release import (
+        fit_after_build,
+        fit_before_build,
+    )
+
+    old = release(root, 1, mib=2, mtime=1_700_000_000)
+    run_action(str(root), "activate", release=old)
+    opts = BuildOptions("https://example.invalid/vllm.git", "main", root=str(root), disk_budget_gb=gb(5.5))
+    before = fit_before_build(opts, name_of(2), check_mode=False)  # 2 MiB + 3 MiB need: fits as is
+    assert before is not None and before["freed"] == [] and before["need_bytes"] >= 3 * MIB
+    made = release(root, 2, mib=4, mtime=1_600_000_000)  # the oldest file times, yet just made
+    blob(root / "cache" / "uv" / "w.whl", 1, mtime=1_650_000_000)
+    after = fit_after_build(opts, made, before)
+    # Over by ~2 MiB: the uv cache goes, then the serving release is kept, the one made too: it cannot fit.
+    assert after is not None and freed_paths(after) == ["uv"] and after["fits"] is False
+    assert after["used_bytes_before"] == before["used_bytes_before"]
+    assert sorted(os.listdir(root / "releases")) == sorted([old, made])
+    assert fit_after_build(BuildOptions("r", "main", root=str(root)), made, None) is None

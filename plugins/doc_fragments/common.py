@@ -61,3 +61,18 @@ options:
     type: int
     default: 3
 """
+
+    # Option disk_budget_gb (DISK_BUDGET_ARGS).
+    DISK_BUDGET = r"""
+options:
+  disk_budget_gb:
+    description:
+      - The most the root may hold, in GiB (allocated blocks, a hard-linked file once). Unset, the root is unbounded.
+      - Over it, the oldest parts go first (by their newest file time) - the caches O(root)C(/cache/uv), C(pip),
+        C(ccache), C(sccache) and C(overlay/<x>), the mirrors O(root)C(/src/<repo>.git), wheels and releases (with
+        their wheels, beyond O(keep_releases) if need be) - never the current, previous, last good or rollback
+        release, nothing outside the root (no symlink is followed) and nothing else under it (logs, state, tools).
+      - A run that cannot fit even with every part that may go freed fails first, frees nothing and names the
+        biggest parts. RV(disk) says what was freed (or would be, in check mode).
+    type: float
+"""

@@ -16,6 +16,8 @@ from __future__ import annotations
 from typing import Any, Dict
 
 __all__ = [
+    "DISK_BUDGET_ARGS",
+    "DISK_BUDGET_GB",
     "INSTALLER",
     "INSTALLERS",
     "INSTALLER_ARGS",
@@ -34,6 +36,7 @@ PYTHON = "python3"
 INSTALLERS = ("auto", "uv", "pip")
 INSTALLER = "auto"
 KEEP_RELEASES = 3
+DISK_BUDGET_GB = None  # unbounded: nothing is freed for space
 
 Spec = Dict[str, Dict[str, Any]]
 
@@ -48,3 +51,5 @@ INSTALLER_ARGS: Spec = {
 }
 # How many releases outlive a build or a prune, besides the current and previous ones.
 KEEP_RELEASES_ARGS: Spec = {"keep_releases": {"type": "int", "default": KEEP_RELEASES}}
+# The most the root may hold (vllm_build, vllm_release prune): the oldest caches, mirrors, wheels and releases go.
+DISK_BUDGET_ARGS: Spec = {"disk_budget_gb": {"type": "float", "default": DISK_BUDGET_GB}}

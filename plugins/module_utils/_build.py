@@ -59,6 +59,8 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_release imp
     MANIFEST_SCHEMA,
     Plan,
     failure_message,
+    fit_after_build,
+    fit_before_build,
     host_locked,
     inputs_hash,
     make_release,
@@ -279,9 +281,10 @@ def _resolve_and_build(opts: BuildOptions, check_mode: bool, started: float, sta
         msg = f"would build {name}"
         if builds_beside(opts.root, name):
             msg += " beside the incomplete release `current` names (no valid manifest.json), then swap it in"
+        disk = fit_before_build(opts, name, check_mode=True, keep=[mirror])
         return result(
             opts, resolution, name=name, digest=digest, started=started, changed=True, built=False, manifest=None,
-            msg=msg, decision=decision,
+            msg=msg, decision=decision, disk=disk,
         )  # fmt: skip
 
     with host_locked(opts, deadline):
@@ -301,12 +304,14 @@ def _resolve_and_build(opts: BuildOptions, check_mode: bool, started: float, sta
         # manifest is built beside and swapped in.
         paths = Paths(opts.root, plan.name, status.data.get("log_path"), staging=builds_beside(opts.root, plan.name))
         status.update(release_name=plan.name, commit=plan.commit, log_path=paths.log)
+        disk = fit_before_build(opts, plan.name, check_mode=False, keep=[mirror])  # fails before the attempt
         builder = Builder(BuilderOptions.of(opts), paths, deadline, installer, python, status, plan.added_env)
         manifest = make_release(opts, builder, plan)
         pruned = prune_after_build(opts.root, opts.keep_releases, plan.name)
+        disk = fit_after_build(opts, plan.name, disk, keep=[mirror])
     return result(
         opts, resolution, name=plan.name, digest=plan.digest, started=started, changed=True,
-        built=manifest["source"] == "build", manifest=manifest, msg=f"built {plan.name}", pruned=pruned,
+        built=manifest["source"] == "build", manifest=manifest, msg=f"built {plan.name}", pruned=pruned, disk=disk,
     )  # fmt: skip
 
 

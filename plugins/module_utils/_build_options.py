@@ -16,6 +16,7 @@ import re
 from typing import Any, Dict, List, Mapping, Optional, Set
 
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._args import (
+    DISK_BUDGET_ARGS,
     INSTALLER_ARGS,
     INSTALLERS,
     KEEP_RELEASES_ARGS,
@@ -84,6 +85,7 @@ BUILD_ARGUMENT_SPEC: Dict[str, Dict[str, Any]] = {
 # vllm_build's own options besides those (documented in the module).
 VLLM_BUILD_ARGUMENT_SPEC: Dict[str, Dict[str, Any]] = {
     **KEEP_RELEASES_ARGS,
+    **DISK_BUDGET_ARGS,
     "run_id": {"type": "str"},
 }
 
@@ -123,6 +125,7 @@ class BuildOptions:
     dependency_overrides: List[str]
     wheel_sha256: Optional[str]
     keep_releases: int
+    disk_budget_gb: Optional[float]
     run_id: Optional[str]
 
     def __init__(self, repo: Optional[str] = None, ref: Optional[str] = None, **options: Any) -> None:
@@ -141,6 +144,8 @@ class BuildOptions:
         self.build_env = {str(k): str(v) for k, v in (values["build_env"] or {}).items()}
         self.build_timeout = float(values["build_timeout"])
         self.keep_releases = int(values["keep_releases"])
+        budget = values["disk_budget_gb"]
+        self.disk_budget_gb = float(budget) if budget is not None else None
         self.build_isolation = bool(values["build_isolation"])
         self.system_site_packages = bool(values["system_site_packages"])
         self.pip_args = [str(a) for a in (values["pip_args"] or [])]
@@ -237,6 +242,8 @@ def validate(opts: BuildOptions) -> None:
             f"expected_commit {opts.expected_commit!r} is not a commit SHA or a prefix of one (4 to 40 hex digits). "
             "Fix: give the reviewed commit, e.g. the first 12 hex digits"
         )
+    if opts.disk_budget_gb is not None and opts.disk_budget_gb <= 0:
+        raise OptionError(f"disk_budget_gb must be more than 0 GiB (unset: unbounded), got {opts.disk_budget_gb:g}")
     if opts.build_timeout <= 0:
         raise OptionError(f"build_timeout must be a positive number of seconds, got {opts.build_timeout:g}")
     if opts.installer not in INSTALLERS:

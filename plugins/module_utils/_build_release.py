@@ -16,12 +16,14 @@ import errno
 import hashlib
 import json
 import os
+import sys
 import time
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_options import (
     BuildError,
     BuildOptions,
+    OptionError,
     canonical_package,
 )
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_paths import STAGING_PREFIX, Paths
@@ -39,6 +41,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import (
     write_json_atomic,
 )
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._deadline import CommandInterrupted, Deadline, tail
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._disk_budget import BudgetError, apply, plan
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._git import GitError, Resolution
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._lock import LockTimeout, host_lock
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._precompiled import Decision
@@ -55,6 +58,8 @@ __all__ = [
     "Plan",
     "discard_attempt",
     "failure_message",
+    "fit_after_build",
+    "fit_before_build",
     "host_locked",
     "inputs_hash",
     "make_release",
@@ -107,6 +112,35 @@ def prune_after_build(root: str, keep: int, made: str) -> List[str]:
     if keep < 1:
         return []
     return list(run_action_unlocked(root, "prune", keep_releases=keep, protect=[made])["pruned"])
+
+
+def fit_before_build(
+    opts: BuildOptions, name: str, check_mode: bool, keep: Sequence[str] = ()
+) -> Optional[Dict[str, Any]]:
+    """With disk_budget_gb, before the attempt: an OptionError (nothing freed) when the root cannot hold the build
+    (_disk_budget's estimate) even with every part that may go freed, else the oldest parts freed until it can (in
+    check mode only predicted). `keep`: paths the build reads (its mirror). The result's `disk`; None unbounded."""
+    if opts.disk_budget_gb is None:
+        return None
+    try:
+        budget = plan(opts.root, opts.disk_budget_gb, paths=keep)
+        # No keep rule here: what goes beyond the budget's picks is the prune's after the build.
+        return apply(budget, sys.maxsize, f"the build of {name}", check_mode)
+    except BudgetError as exc:
+        raise OptionError(str(exc)) from exc
+
+
+def fit_after_build(
+    opts: BuildOptions, made: str, before: Optional[Dict[str, Any]], keep: Sequence[str] = ()
+) -> Optional[Dict[str, Any]]:
+    """After the attempt and its prune: the oldest parts freed while the root is over the budget, never the release
+    made (a root that still does not fit says so in `fits`: the release is there). `before` and this, as one."""
+    if opts.disk_budget_gb is None or before is None:
+        return None
+    budget = plan(opts.root, opts.disk_budget_gb, need=0, releases=[made], paths=keep)
+    after = apply(budget, sys.maxsize, f"{opts.root} after the build of {made}", False, strict=False)
+    return dict(before, used_bytes_after=after["used_bytes_after"], freed=before["freed"] + after["freed"],
+                fits=after["fits"], kept=after["kept"])  # fmt: skip
 
 
 def _check_wheel_sha256(wheel: str, expected: Optional[str]) -> None:

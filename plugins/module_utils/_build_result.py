@@ -30,6 +30,7 @@ def result(
     msg: str,
     pruned: Optional[List[str]] = None,
     decision: Optional[Decision] = None,
+    disk: Optional[Dict[str, Any]] = None,
 ) -> Dict[str, Any]:
     """The module's return keys; a prediction (no manifest) takes the precompiled keys from `decision`."""
     wheel = (manifest or {}).get("wheel") or {}
@@ -57,6 +58,7 @@ def result(
         "stage_seconds": {},
         "status_path": os.path.join(opts.root, STATUS_NAME),
         "pruned": pruned or [],
+        "disk": disk,
         "msg": msg,
     }
 

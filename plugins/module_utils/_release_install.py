@@ -42,6 +42,8 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_paths impor
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_release import (
     MANIFEST_SCHEMA,
     discard_attempt,
+    fit_after_build,
+    fit_before_build,
     host_locked,
     inputs_hash,
     prune_after_build,
@@ -383,7 +385,7 @@ def install_release(opts: BuildOptions, check_mode: bool, started: float, status
     if check_mode:
         return _release_result(
             opts, None, name=name, digest=digest, started=started, changed=True, built=False, manifest=None,
-            msg=f"would install {opts.label} as {name}",
+            msg=f"would install {opts.label} as {name}", disk=fit_before_build(opts, name, check_mode=True),
         )  # fmt: skip
     with host_locked(opts, deadline):
         found = read_manifest(release)  # installed by whoever held the lock before us
@@ -393,10 +395,12 @@ def install_release(opts: BuildOptions, check_mode: bool, started: float, status
         status.update(release_name=name, log_path=paths.log)
         user = dict(os.environ, **opts.build_env)
         added_env = cache_env(opts.root, installer.name, user)
+        disk = fit_before_build(opts, name, check_mode=False)  # fails before the attempt
         builder = Builder(BuilderOptions.of(opts), paths, deadline, installer, python, status, added_env)
         manifest = _make(opts, builder, name, digest, inputs)
         pruned = prune_after_build(opts.root, opts.keep_releases, name)
+        disk = fit_after_build(opts, name, disk)
     return _release_result(
         opts, manifest["commit"], name=name, digest=digest, started=started, changed=True, built=False,
-        manifest=manifest, msg=f"installed {opts.label} as {name}", pruned=pruned,
+        manifest=manifest, msg=f"installed {opts.label} as {name}", pruned=pruned, disk=disk,
     )  # fmt: skip

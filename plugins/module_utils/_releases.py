@@ -25,7 +25,7 @@ import re
 import shutil
 import stat
 import uuid
-from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import read_json, utc_now, write_json_atomic
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._lock import LOCK_NAME, LockTimeout, host_lock
@@ -44,7 +44,9 @@ __all__ = [
     "ReleaseError",
     "current_path",
     "load_state",
+    "lock_for",
     "manifest_path",
+    "needed_releases",
     "release_path",
     "remove_hidden_first",
     "run_action",
@@ -540,7 +542,7 @@ class _Session:
         """releases/ or wheels/ when it is a symlink: a prune there would delete whatever it points to."""
         return [path for path in (self.layout.releases, self.layout.wheels) if os.path.islink(path)]
 
-    def prune(self, keep: int, protect: Sequence[str]) -> None:
+    def prune(self, keep: int, protect: Sequence[str], drop: Sequence[str] = ()) -> None:
         if keep < 0:
             raise ReleaseError(f"keep_releases must be 0 or more, got {keep}")
         linked = self.linked_dirs()
@@ -571,7 +573,9 @@ class _Session:
         # Under the host lock no build is running, so a directory without a manifest is the debris of
         # an interrupted one.
         debris = sorted(name for name, disk in self.disk.items() if not disk.complete)
-        for name in complete[keep:] + failed + debris:
+        # `drop`: releases a disk budget frees (_disk_budget), beyond what `keep` removes.
+        extra = [name for name in drop if name in self.disk and name not in complete[keep:] + failed + debris]
+        for name in complete[keep:] + failed + debris + extra:
             if name in protected:
                 continue
             self.remove.append(name)
@@ -696,6 +700,18 @@ class _Session:
         }
 
 
+def needed_releases(root: str) -> Tuple[List[str], Optional[str]]:
+    """(the releases no prune for space removes, the newest complete release): what serves (`current`), the last
+    good release, the one a rollback goes to and `previous` (every prune keeps it); the newest is what a build's
+    need is estimated from."""
+    session = _Session(root)
+    needed = {session.state["current"], session.state["previous"], session.last_good()}
+    with contextlib.suppress(ReleaseError):
+        needed.add(session.rollback_target())
+    newest = next((name for name in session.ordered_names() if session.exists(name)), None)
+    return sorted(name for name in needed if name), newest
+
+
 def release_path(root: str, name: str) -> str:
     """`<root>/releases/<name>`: where the release `name` lives (the other cores take it from here)."""
     return os.path.join(root, RELEASES_DIR, name)
@@ -740,12 +756,14 @@ def run_action_unlocked(
     check_mode: bool = False,
     protect: Sequence[str] = (),
     keep_files: Optional[Sequence[Dict[str, Any]]] = None,
+    drop: Sequence[str] = (),
 ) -> Dict[str, Any]:
     """Run `action` on `root` WITHOUT taking the host lock (for callers that already hold it, e.g. a
     build that prunes, protecting the release it just made). In check mode nothing is written; the
     result predicts the change. `protect` names releases that prune never removes. `keep_files`
     (items `path`, `last_good`, `mode`, `optional`; with mark_good or keep) are copied to their last
-    good copies after the state is written."""
+    good copies after the state is written. `drop` names releases a prune removes besides those beyond
+    `keep_releases` (what a disk budget frees), never a protected one."""
     if action not in ACTIONS:
         raise ReleaseError(f"unknown action {action!r}; use one of {', '.join(ACTIONS)}")
     if keep_files and action not in KEEP_ACTIONS:
@@ -761,7 +779,7 @@ def run_action_unlocked(
     elif action == "rollback":
         session.rollback(release, reason)
     elif action == "prune":
-        session.prune(keep_releases, protect)
+        session.prune(keep_releases, protect, drop)
     elif action == "mark_good":
         session.mark(release, "good", reason, details)
     elif action == "mark_failed":
@@ -776,7 +794,7 @@ def run_action_unlocked(
 
 
 @contextlib.contextmanager
-def _lock_for(root: str, read_only: bool, timeout: float) -> Iterator[None]:
+def lock_for(root: str, read_only: bool, timeout: float) -> Iterator[None]:
     # A read-only run must not create anything, so it only waits for a lock that already exists.
     if read_only and not os.path.exists(os.path.join(root, LOCK_NAME)):
         yield
@@ -802,7 +820,7 @@ def run_action(
 ) -> Dict[str, Any]:
     """`run_action_unlocked` under the host lock (`<root>/.lock`)."""
     read_only = check_mode or action == "status" or not os.path.isdir(root)
-    with _lock_for(root, read_only, lock_timeout):
+    with lock_for(root, read_only, lock_timeout):
         return run_action_unlocked(
             root, action, release, keep_releases, reason, details, check_mode, protect, keep_files
         )

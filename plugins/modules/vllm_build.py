@@ -26,6 +26,7 @@ extends_documentation_fragment:
   - vllm_ops.dflash.common
   - vllm_ops.dflash.common.installer
   - vllm_ops.dflash.common.keep_releases
+  - vllm_ops.dflash.common.disk_budget
 attributes:
   check_mode:
     support: full
@@ -44,6 +45,13 @@ options:
     description:
       - How many of the newest releases to keep after a successful build, besides the current and previous ones.
         V(0) never deletes anything.
+  disk_budget_gb:
+    description:
+      - Before a build (or install), the root must hold what it has plus the estimate of what the build needs - the
+        newest release's size times 1.5 (its venv again, the checkout, the build's C(TMPDIR), the wheel); 0 without
+        a release to go by. The oldest parts go until it does (never the mirror the build reads); a build that
+        cannot fit fails before it starts, in check mode too. After the build and its prune, the oldest parts go
+        while the root is over the budget, never the release just made. A release that exists already frees nothing.
   run_id:
     description:
       - An identifier of this run, written into O(root)C(/build-status.json) so that a poller can tell this run's
@@ -224,10 +232,50 @@ inputs_hash:
   returned: always
   type: str
 pruned:
-  description: Release names deleted because of O(keep_releases).
+  description: Release names deleted because of O(keep_releases) or O(disk_budget_gb).
   returned: always
   type: list
   elements: str
+disk:
+  description:
+    - With O(disk_budget_gb), when a release is built (or would be, in check mode) - the budget, the estimate the
+      build needed, the root's bytes before the build and after it (in check mode, predicted before it), and what
+      went (or would go). Null otherwise.
+  returned: always
+  type: dict
+  contains:
+    budget_bytes:
+      description: O(disk_budget_gb) in bytes.
+      type: int
+    need_bytes:
+      description: What the build was estimated to need.
+      type: int
+    used_bytes_before:
+      description: What the root held before (allocated blocks, each inode once).
+      type: int
+    used_bytes_after:
+      description: What it holds after.
+      type: int
+    freed:
+      description: Each part that went - its C(path), C(kind) (C(release), C(wheels), C(mirror), C(uv_cache),
+        C(pip_cache), C(compile_cache), C(overlay)) and the C(bytes) it freed.
+      type: list
+      elements: dict
+    kept:
+      description: The releases never freed (current, previous, last good, rollback target, the one made).
+      type: list
+      elements: str
+    fits:
+      description: Whether the root is within the budget after the run (false - the release made does not fit).
+      type: bool
+  sample:
+    budget_bytes: 107374182400
+    need_bytes: 16106127360
+    used_bytes_before: 118111600640
+    used_bytes_after: 96636764160
+    freed: [{path: /opt/vllm/cache/uv, kind: uv_cache, bytes: 32212254720}]
+    kept: [3cfc8f8b7a1b-1a2b3c4d]
+    fits: true
 precompiled:
   description:
     - Whether the release is (or, in check mode, would be) built with the precompiled path. Null in check mode when
@@ -283,7 +331,12 @@ def main() -> None:
     # still gets the real values.
     module.no_log_values.update(option_secrets(params))
     try:
-        options = build_options(params, keep_releases=params["keep_releases"], run_id=params["run_id"])
+        options = build_options(
+            params,
+            keep_releases=params["keep_releases"],
+            disk_budget_gb=params["disk_budget_gb"],
+            run_id=params["run_id"],
+        )
         result = build(options, check_mode=module.check_mode)
     except BuildError as exc:
         module.fail_json(

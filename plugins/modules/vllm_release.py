@@ -26,6 +26,7 @@ extends_documentation_fragment:
   - vllm_ops.dflash.attributes
   - vllm_ops.dflash.common
   - vllm_ops.dflash.common.keep_releases
+  - vllm_ops.dflash.common.disk_budget
 attributes:
   check_mode:
     support: full
@@ -76,6 +77,10 @@ options:
     type: str
   keep_releases:
     description: How many of the newest releases O(action=prune) keeps, besides the current and previous ones.
+  disk_budget_gb:
+    description:
+      - With O(action=prune) only (refused with the other actions) - after the releases beyond O(keep_releases),
+        the oldest parts of the root go while it holds more than this.
   reason:
     description:
       - Why; stored with the release for O(action=mark_good) / O(action=mark_failed) (a mark without
@@ -266,6 +271,45 @@ incomplete:
   returned: always
   type: list
   elements: str
+disk:
+  description:
+    - With O(disk_budget_gb) - the budget and the root's bytes before and after the prune, and what went (or
+      would go, in check mode), in the order it went. Null without O(disk_budget_gb).
+  returned: always
+  type: dict
+  contains:
+    budget_bytes:
+      description: O(disk_budget_gb) in bytes.
+      type: int
+    need_bytes:
+      description: Bytes to keep free besides the root's (0 for a prune).
+      type: int
+    used_bytes_before:
+      description: What the root held before (allocated blocks, each inode once).
+      type: int
+    used_bytes_after:
+      description: What it holds after.
+      type: int
+    freed:
+      description: Each part that went - its C(path), C(kind) (C(release), C(wheels), C(mirror), C(uv_cache),
+        C(pip_cache), C(compile_cache), C(overlay)) and the C(bytes) it freed.
+      type: list
+      elements: dict
+    kept:
+      description: The releases never freed (current, previous, last good, rollback target).
+      type: list
+      elements: str
+    fits:
+      description: Whether the root is within the budget after the prune (always true - else the prune fails).
+      type: bool
+  sample:
+    budget_bytes: 107374182400
+    need_bytes: 0
+    used_bytes_before: 128849018880
+    used_bytes_after: 96636764160
+    freed: [{path: /opt/vllm/cache/uv, kind: uv_cache, bytes: 32212254720}]
+    kept: [3cfc8f8b7a1b-1a2b3c4d]
+    fits: true
 kept:
   description:
     - The O(keep_files) copies of the run (an optional file that does not exist is left out), and whether
@@ -296,7 +340,12 @@ diff:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._args import KEEP_RELEASES_ARGS, ROOT_ARGS
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._args import (
+    DISK_BUDGET_ARGS,
+    KEEP_RELEASES_ARGS,
+    ROOT_ARGS,
+)
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._disk_budget import BudgetError, prune_within
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._releases import (
     ACTIONS,
     LOCK_TIMEOUT,
@@ -312,6 +361,7 @@ def main() -> None:
             "action": {"type": "str", "choices": list(ACTIONS), "default": "status"},
             "release": {"type": "str"},
             **KEEP_RELEASES_ARGS,
+            **DISK_BUDGET_ARGS,
             "reason": {"type": "str"},
             "details": {"type": "dict"},
             "keep_files": {
@@ -336,19 +386,28 @@ def main() -> None:
             version="1.0.0",
             collection_name="vllm_ops.dflash",
         )
+    budget = params["disk_budget_gb"]
+    if budget is not None and (params["action"] != "prune" or budget <= 0):
+        module.fail_json(msg=f"disk_budget_gb={budget:g} goes with action=prune and must be more than 0")
     try:
-        result = run_action(
-            params["root"],
-            params["action"],
-            release=params["release"],
-            keep_releases=params["keep_releases"],
-            reason=params["reason"],
-            details=params["details"],
-            check_mode=module.check_mode,
-            lock_timeout=params["lock_timeout"],
-            keep_files=params["keep_files"],
-        )
-    except ReleaseError as exc:
+        if budget is not None:
+            result = prune_within(
+                params["root"], params["keep_releases"], budget, module.check_mode, params["lock_timeout"]
+            )
+        else:
+            result = run_action(
+                params["root"],
+                params["action"],
+                release=params["release"],
+                keep_releases=params["keep_releases"],
+                reason=params["reason"],
+                details=params["details"],
+                check_mode=module.check_mode,
+                lock_timeout=params["lock_timeout"],
+                keep_files=params["keep_files"],
+            )
+            result["disk"] = None
+    except (BudgetError, ReleaseError) as exc:
         module.fail_json(msg=str(exc))
     except OSError as exc:
         module.fail_json(

@@ -720,3 +720,30 @@ def test_pip_and_uv_take_the_pip_args_credentials_from_the_netrc(tmp_path, insta
         server.shutdown()
     assert "s3cr3t" not in " ".join(argv)
     assert "Basic " + base64.b64encode(b"ci:s3cr3t").decode() in headers
+
+
+@SLOW
+def test_a_real_build_within_a_disk_budget_frees_the_oldest_cache_first(tiny, pip_args, tmp_path):
+    from ansible_collections.vllm_ops.dflash.plugins.module_utils._disk_budget import NEED_FACTOR, Usage
+    from ansible_collections.vllm_ops.dflash.plugins.module_utils._releases import run_action
+
+    root = tmp_path / "opt-vllm"
+    first = build(options(tiny, root, "main", pip_args, disk_budget_gb=50.0))
+    disk = first["disk"]
+    assert disk["freed"] == [] and disk["fits"] is True and disk["used_bytes_after"] > disk["used_bytes_before"]
+    run_action(str(root), "activate", release=first["release_name"])
+    stale = root / "cache" / "pip" / "stale.bin"
+    stale.parent.mkdir(parents=True, exist_ok=True)
+    stale.write_bytes(b"x" * 20 * 1024**2)
+    os.utime(stale, (1_000_000_000, 1_000_000_000))
+    os.utime(stale.parent, (1_000_000_000, 1_000_000_000))
+    usage = Usage(str(root))
+    (release,) = [part for part in usage.kept if part.kind == "release"]
+    budget = usage.used + int(release.size * NEED_FACTOR) - 10 * 1024**2  # over by 10 MiB before the build
+    result = build(options(tiny, root, "v1.0.0", pip_args, disk_budget_gb=budget / 1024**3))
+    assert result["built"] is True
+    freed = result["disk"]["freed"]
+    assert freed[0]["path"] == str(root / "cache" / "pip") and freed[0]["bytes"] >= 20 * 1024**2, freed
+    assert (root / "releases" / first["release_name"] / "manifest.json").is_file()  # serving: never freed
+    assert (Path(result["release"]) / "manifest.json").is_file()
+    assert not stale.exists()

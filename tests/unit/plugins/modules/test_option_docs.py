@@ -63,8 +63,9 @@ def test_a_default_the_docs_do_not_say_is_found():
         (Common.INSTANCE, _args.INSTANCE_ARGS),
         (Common.INSTALLER, _args.INSTALLER_ARGS),
         (Common.KEEP_RELEASES, _args.KEEP_RELEASES_ARGS),
+        (Common.DISK_BUDGET, _args.DISK_BUDGET_ARGS),
     ],
-    ids=["root", "instance", "installer", "keep_releases"],
+    ids=["root", "instance", "installer", "keep_releases", "disk_budget"],
 )
 def test_each_common_fragment_documents_its_family(fragment, spec):
     assert differences(yaml.safe_load(fragment)["options"], spec) == []
@@ -72,7 +73,13 @@ def test_each_common_fragment_documents_its_family(fragment, spec):
 
 def test_every_module_with_a_family_option_takes_the_familys_spec():
     """A module that has root (or python, installer, ...) has the family's own spec, not a copy that may drift."""
-    families = {**_args.ROOT_ARGS, **_args.INSTANCE_ARGS, **_args.INSTALLER_ARGS, **_args.KEEP_RELEASES_ARGS}
+    families = {
+        **_args.ROOT_ARGS,
+        **_args.INSTANCE_ARGS,
+        **_args.INSTALLER_ARGS,
+        **_args.KEEP_RELEASES_ARGS,
+        **_args.DISK_BUDGET_ARGS,
+    }
     exceptions = {("model_stage", "python")}  # the interpreter that downloads, not one that makes a venv
     for name in MODULES:
         for option, spec in argument_spec(name).items():

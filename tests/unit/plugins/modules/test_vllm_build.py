@@ -17,7 +17,7 @@ from ansible_collections.vllm_ops.dflash.tests.helpers.tiny_repo import installe
 
 RETURNS = {"commit", "requested_ref", "release", "release_name", "built", "wheel", "wheel_sha256", "log_path"}
 RETURNS |= {"duration", "inputs_hash", "changed", "precompiled", "precompiled_reason", "max_jobs", "stage_seconds"}
-RETURNS |= {"status_path"}
+RETURNS |= {"status_path", "disk"}
 
 
 @pytest.fixture(scope="module")
@@ -139,3 +139,52 @@ def test_a_release_needs_no_repo_or_ref_and_a_missing_version_names_the_index(tm
     assert missing["failed"] and missing["version"] == "0.33.0"
     assert missing["msg"].startswith(f"vllm==0.33.0 is not on the index {index} (--no-index): pick a released")
     assert not (tmp_path / "root" / "current").exists()
+
+
+def _serving_release(root: Path, mib: int) -> str:
+    """A complete release of `mib` MiB that `current` names (what a build's need is estimated from)."""
+    name = "0123456789ab-0badcafe"
+    release = root / "releases" / name
+    (release / "venv").mkdir(parents=True)
+    (release / "venv" / "big.so").write_bytes(b"x" * mib * 1024**2)
+    manifest = {"schema": 1, "name": name, "commit": "0123456789ab" * 3 + "0123", "built_at": "2026-11-01T00:00:00Z"}
+    (release / "manifest.json").write_text(json.dumps(manifest))
+    (root / "current").symlink_to(f"releases/{name}")
+    return name
+
+
+@pytest.mark.parametrize("check_mode", [True, False])
+def test_a_build_that_cannot_fit_its_disk_budget_fails_before_it_starts(tiny, tmp_path, check_mode):
+    repo = tiny[0]
+    root = tmp_path / "root"
+    serving = _serving_release(root, 4)
+    (root / "cache" / "uv").mkdir(parents=True)
+    (root / "cache" / "uv" / "old.whl").write_bytes(b"y" * 1024**2)
+    args = {"repo": str(repo), "ref": "main", "root": str(root), "python": sys.executable, "precompiled": "never"}
+    result = run_module(tmp_path, check_mode=check_mode, disk_budget_gb=8 / 1024, **args)
+    assert result["failed"] is True, result
+    msg = result["msg"]
+    # The serving release (4 MiB) + the estimate (4 MiB x 1.5) exceed 8 MiB whatever goes: named, with the fix.
+    assert "does not fit disk_budget_gb=0.0078125" in msg and "raise disk_budget_gb" in msg, msg
+    assert f"{root}/releases/{serving} (release, kept" in msg and "Nothing was changed" in msg
+    assert sorted(os.listdir(root / "releases")) == [serving]  # no attempt was made
+    assert (root / "cache" / "uv" / "old.whl").is_file()  # and nothing was freed
+    assert not (root / "build").exists() or not os.listdir(root / "build")
+
+
+def test_a_build_within_its_disk_budget_predicts_what_it_frees(tiny, tmp_path):
+    repo = tiny[0]
+    root = tmp_path / "root"
+    _serving_release(root, 1)
+    (root / "cache" / "uv").mkdir(parents=True)
+    (root / "cache" / "uv" / "old.whl").write_bytes(b"y" * 3 * 1024**2)
+    args = {"repo": str(repo), "ref": "main", "root": str(root), "python": sys.executable, "precompiled": "never"}
+    result = run_module(tmp_path, check_mode=True, disk_budget_gb=4 / 1024, **args)
+    assert "failed" not in result, result.get("msg")
+    disk = result["disk"]
+    assert disk["budget_bytes"] == 4 * 1024**2 and disk["need_bytes"] >= 1.5 * 1024**2
+    assert [(item["path"], item["kind"]) for item in disk["freed"]] == [(str(root / "cache" / "uv"), "uv_cache")]
+    assert disk["used_bytes_after"] + disk["need_bytes"] <= disk["budget_bytes"] < disk["used_bytes_before"]
+    assert (root / "cache" / "uv" / "old.whl").is_file()  # check mode frees nothing
+    unbounded = run_module(tmp_path, check_mode=True, **args)
+    assert unbounded["disk"] is None

@@ -145,3 +145,29 @@ def test_status_through_vllm_release_is_deprecated(tmp_path, root):
     assert "vllm_release_info" in json.dumps(result.get("deprecations", []))
     quiet = run_module(tmp_path, root=str(root), action="activate", release="aaaaaaa")
     assert not quiet.get("deprecations")
+
+
+def test_prune_within_a_disk_budget_frees_the_oldest_cache_and_check_mode_only_predicts(tmp_path, root):
+    run_module(tmp_path, root=str(root), action="activate", release="aaaaaaa")
+    run_module(tmp_path, root=str(root), action="activate", release="bbbbbbb")
+    cache = root / "cache" / "uv"
+    cache.mkdir(parents=True)
+    (cache / "old.whl").write_bytes(b"x" * 3 * 1024**2)
+    args = {"root": str(root), "action": "prune", "disk_budget_gb": 1 / 1024}
+    predicted = run_module(tmp_path, check_mode=True, **args)
+    assert predicted["changed"] is True and (cache / "old.whl").is_file()
+    done = run_module(tmp_path, **args)
+    assert [item["path"] for item in done["disk"]["freed"]] == [str(cache)] == predicted_paths(predicted)
+    assert done["disk"]["used_bytes_after"] <= done["disk"]["budget_bytes"] < done["disk"]["used_bytes_before"]
+    assert not cache.exists() and (root / "releases" / "aaaaaaaaaaaa-00000000").is_dir()  # previous stays
+    assert run_module(tmp_path, **args)["changed"] is False
+
+
+def predicted_paths(result):
+    return [item["path"] for item in result["disk"]["freed"]]
+
+
+def test_a_disk_budget_goes_with_prune_only(tmp_path, root):
+    result = run_module(tmp_path, root=str(root), action="activate", release="aaaaaaa", disk_budget_gb=10)
+    assert result["failed"] is True and "goes with action=prune" in result["msg"]
+    assert not (root / "current").exists()

@@ -28,6 +28,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._precompiled impor
     PrecompiledError,
     parse_base,
 )
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._python_only import MODES as PYTHON_ONLY_MODES
 
 __all__ = [
     "BUILD_ARGUMENT_SPEC",
@@ -85,6 +86,8 @@ BUILD_ARGUMENT_SPEC: Dict[str, Dict[str, Any]] = {
 VLLM_BUILD_ARGUMENT_SPEC: Dict[str, Dict[str, Any]] = {
     **KEEP_RELEASES_ARGS,
     "run_id": {"type": "str"},
+    # Not a build input: the python-only bump makes the same files as the build it stands in for (_python_only).
+    "python_only": {"type": "str", "choices": list(PYTHON_ONLY_MODES), "default": "auto"},
 }
 
 
@@ -124,6 +127,7 @@ class BuildOptions:
     wheel_sha256: Optional[str]
     keep_releases: int
     run_id: Optional[str]
+    python_only: str
 
     def __init__(self, repo: Optional[str] = None, ref: Optional[str] = None, **options: Any) -> None:
         specs = {**BUILD_ARGUMENT_SPEC, **VLLM_BUILD_ARGUMENT_SPEC}

@@ -56,7 +56,7 @@ options:
         dependency paths) from that release, without running vLLM's setup.py - its venv hard-linked, the changed
         files, C(_version.py), dist-info, RECORD and C(direct_url.json) written, every RECORD hash verified, and
         the wheel assembled from the earlier wheel's members. The same installed files as the normal build, in
-        a fraction of its time; anything it cannot prove falls back to the normal build (RV(python_only.reason)).
+        a fraction of its time; anything it cannot prove falls back to the normal build (RV(python_only), its reason).
       - V(never) always runs the normal build.
     type: str
     choices: [auto, never]
@@ -258,15 +258,19 @@ precompiled_reason:
     /srv/wheels/vllm-0.26.0-cp38-abi3-manylinux1_x86_64.whl)"
 python_only:
   description:
-    - Whether the release was made by the python-only bump (O(python_only)) - C(used), C(reason) (why, or why not:
+    - Whether the release was made by the python-only bump (O(python_only)) - C(used), C(reason) (why, or why not -
       the refusal), C(files_changed), C(seconds), C(from) (the earlier release). Null in check mode, for a
       release found already built before this key existed, and when the bump was not tried (not precompiled,
       O(python_only=never), a given O(wheel)).
   returned: always
   type: dict
-  sample: {"used": true, "files_changed": 1, "seconds": 9.8, "from": "f2654939e0b1-1a2b3c4d",
-    "reason": "1 files changed since f2654939e0b1-1a2b3c4d (f2654939e0b1), all Python files of vllm/ or outside the
-      wheel: built from that release without setup.py"}
+  sample:
+    used: true
+    files_changed: 1
+    seconds: 9.8
+    from: f2654939e0b1-1a2b3c4d
+    reason: "1 files changed since f2654939e0b1-1a2b3c4d (f2654939e0b1), all Python files of vllm/ or outside the
+      wheel: built from that release without setup.py"
 max_jobs:
   description: C(MAX_JOBS) of the build (derived or given; see C(manifest.json) C(max_jobs.source)). Null in check mode.
   returned: always

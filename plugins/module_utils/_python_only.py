@@ -430,11 +430,7 @@ def _install_dist_info(
     RECORD anew. RECORD keeps the earlier installed lines of what is the same file, new ones for the rest."""
     old_dir = os.path.join(old_site, os.path.basename(old_dist))
     new_dir = os.path.join(new_site, new_info)
-    os.makedirs(new_dir)
-    for name in os.listdir(old_dir):
-        if name in ("RECORD", "METADATA", "direct_url.json"):
-            continue
-        os.link(os.path.join(old_dir, name), os.path.join(new_dir, name))
+    _link_tree(old_dir, new_dir, lambda rel: rel in ("RECORD", "METADATA", "direct_url.json", "uv_cache.json"))
     _replace(os.path.join(new_dir, "METADATA"), written[f"{new_info}/METADATA"])
     direct_url = os.path.join(old_dir, "direct_url.json")
     if os.path.isfile(direct_url):
@@ -454,7 +450,6 @@ def _install_dist_info(
             raise Refused(f"{uv_cache} has no timestamp as uv writes it")
         mtime = os.stat(wheel[0]).st_mtime_ns
         data["timestamp"] = {"secs_since_epoch": mtime // 10**9, "nanos_since_epoch": mtime % 10**9}
-        os.unlink(os.path.join(new_dir, "uv_cache.json"))
         _replace(os.path.join(new_dir, "uv_cache.json"), json.dumps(data, separators=(",", ":")).encode("utf-8"))
     with open(os.path.join(old_dir, "RECORD"), encoding="utf-8") as handle:
         old_rows = [row for row in csv.reader(handle) if row]

@@ -36,7 +36,10 @@ def engine(tmp_path_factory):
     refs = engine_repo.create_engine_repo(repo)
     main = refs["refs/heads/main"]
     shas = {"main": main}
-    git(repo, "checkout", "-q", "-b", "py-bump", main)
+    # A licence file: setuptools puts it in the dist-info's licenses/ (a directory there), as vLLM's wheel has.
+    git(repo, "checkout", "-q", "-b", "base", main)
+    shas["base"] = commit_files(repo, "licence", {"LICENSE": "Apache-2.0 stand-in\n"})
+    git(repo, "checkout", "-q", "-b", "py-bump", shas["base"])
     init = (repo / "vllm" / "__init__.py").read_text()
     shas["py-bump"] = commit_files(
         repo, "python only", {"vllm/__init__.py": init + "BUMPED = True\n", "vllm/bumped.py": "X = 1\n"}
@@ -110,7 +113,7 @@ def test_a_python_only_bump_gives_the_normal_builds_files(engine, base_wheel, tm
     repo, _shas = engine
     fast, normal = tmp_path / "fast", tmp_path / "normal"
     for root in (fast, normal):
-        first = build(options(repo, root, "main", base_wheel, pip_args))
+        first = build(options(repo, root, "base", base_wheel, pip_args))
         assert (first["precompiled"], first["python_only"]["used"]) == (True, False)
         assert first["python_only"]["reason"] == "no earlier precompiled release of the same inputs on this host"
     bumped = build(options(repo, fast, "py-bump", base_wheel, pip_args))
@@ -121,6 +124,7 @@ def test_a_python_only_bump_gives_the_normal_builds_files(engine, base_wheel, tm
     assert bumped["release_name"] == plain["release_name"]  # the same inputs: check mode names it alike
     ours, theirs = installed(bumped["release"]), installed(plain["release"])
     assert sorted(ours) == sorted(theirs)
+    assert any("/licenses/" in name for name in ours)  # a directory in the dist-info, linked as one
     differ = sorted(name for name in ours if ours[name] != theirs[name])
     # What names the root (its own wheel file, the venv's path: a RECORD hash of bin/vllm) or a time (uv's
     # record of the wheel file's mtime) differs between any two builds in two roots; nothing else does.

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import read_json, utc_now
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._releases import (
@@ -89,9 +89,11 @@ def builds_beside(root: str, name: str) -> bool:
     return serving(root) == name and os.path.lexists(release_path(root, name))
 
 
-def relocate_venv(venv: str, old: str, new: str) -> None:
+def relocate_venv(venv: str, old: str, new: str) -> List[str]:
     """Make the venv at `venv`, created as `old`, right for the path `new`: its scripts' shebangs, the
-    activate files and pyvenv.cfg name the path the venv was created at (its python finds itself)."""
+    activate files and pyvenv.cfg name the path the venv was created at (its python finds itself).
+    Returns the files rewritten (each replaced, never written through a hard link)."""
+    rewritten = []
     candidates = [os.path.join(venv, "pyvenv.cfg")]
     bin_dir = os.path.join(venv, "bin")
     with contextlib.suppress(FileNotFoundError):
@@ -108,3 +110,5 @@ def relocate_venv(venv: str, old: str, new: str) -> None:
                 handle.write(data.replace(old.encode(), new.encode()))
             os.chmod(tmp, mode)
             os.replace(tmp, path)
+            rewritten.append(path)
+    return rewritten

@@ -391,8 +391,9 @@ def _from(earlier: Earlier, commit: str, mirror: str, package: str, paths: Paths
         raise Refused(f"{old_dist} is not installed in {earlier.venv}")
     replaced = {os.path.normpath(os.path.join(old_site_rel, p)) for p in [*written, *diff.removed]}
     linked = _link_tree(earlier.venv, paths.venv, lambda rel: rel == old_dist or rel in replaced)
-    relocate_venv(paths.venv, earlier.venv, os.path.join(paths.final, "venv"))
+    relocated = relocate_venv(paths.venv, earlier.venv, os.path.join(paths.final, "venv"))
     new_site = os.path.join(paths.venv, old_site_rel)
+    _rehash_scripts(new_site, f"{package}-{old_version}.dist-info", relocated)
     for name, data in written.items():
         if not name.startswith(new_info + "/"):
             target = os.path.join(new_site, name)
@@ -474,6 +475,26 @@ def _install_dist_info(
     rows[-1:-1] = [[n, *wheel_rows[n][1:3]] for n in written if n not in listed]
     _replace(os.path.join(new_dir, "RECORD"), _record_text(rows))
     return len(rows)
+
+
+def _rehash_scripts(site: str, skip: str, relocated: List[str]) -> None:
+    """The other dists' RECORD lines of their relocated scripts (bin/*: the venv's path in the shebang), as
+    their installer writes them for the new path. Those dists' files are otherwise the earlier ones."""
+    moved = {os.path.normpath(path) for path in relocated}
+    for name in os.listdir(site):
+        record = os.path.join(site, name, "RECORD")
+        if not name.endswith(".dist-info") or name == skip or not os.path.isfile(record):
+            continue
+        with open(record, encoding="utf-8") as handle:
+            rows = [row for row in csv.reader(handle) if row]
+        changed = False
+        for row in rows:
+            path = os.path.normpath(os.path.join(site, row[0]))
+            if path in moved and len(row) >= 3 and row[1]:
+                row[1:3] = [_file_record_hash(path), str(os.path.getsize(path))]
+                changed = True
+        if changed:
+            _replace(record, _record_text(rows))
 
 
 def _relinked(new: str, old: str) -> bool:

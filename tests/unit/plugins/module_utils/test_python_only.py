@@ -156,7 +156,7 @@ def test_a_python_only_bump_gives_the_normal_builds_files(engine, base_wheel, tm
 def test_a_tampered_hard_link_is_caught_before_the_release_is_complete(engine, base_wheel, tmp_path, pip_args, uv):
     repo, _shas = engine
     root = tmp_path / "root"
-    first = build(options(repo, root, "main", base_wheel, pip_args))
+    first = build(options(repo, root, "base", base_wheel, pip_args))
     site = next(Path(first["release"], "venv", "lib").glob("python*/site-packages"))
     target = site / "vllm" / "envs.py"  # linked, not changed by py-bump
     target.write_text(target.read_text() + "TAMPERED = 1\n")  # in place: every hard link of it changes
@@ -172,6 +172,7 @@ def test_a_tampered_hard_link_is_caught_before_the_release_is_complete(engine, b
 @pytest.mark.parametrize(
     ("branch", "reason"),
     [
+        ("py-bump", "LICENSE changed: outside vllm/ and not known to stay out of the wheel"),
         ("py-compiled", "1 changed files under vLLM's compiled or dependency paths (csrc/ops.c)"),
         ("py-deps", "1 changed files under vLLM's compiled or dependency paths (requirements/"),
     ],
@@ -180,7 +181,7 @@ def test_a_compiled_or_dependency_change_is_refused(engine, tmp_path, branch, re
     repo, shas = engine
     mirror = mirror_path(str(tmp_path), str(repo))
     ensure_mirror(str(repo), mirror, 120)
-    with pytest.raises(Refused) as refused:
+    with pytest.raises(Refused) as refused:  # from main, py-bump adds LICENSE too (the dist-info's licenses/)
         Diff(mirror, shas["main"], shas[branch], "vllm", {})
     assert str(refused.value).startswith(reason)
 
@@ -191,4 +192,4 @@ def test_a_file_setup_py_takes_from_elsewhere_is_refused(engine, tmp_path):
     mirror = mirror_path(str(tmp_path), str(repo))
     ensure_mirror(str(repo), mirror, 120)
     with pytest.raises(Refused, match=r"vllm/__init__.py changed but is not in the earlier wheel"):
-        Diff(mirror, shas["main"], shas["py-bump"], "vllm", {})
+        Diff(mirror, shas["base"], shas["py-bump"], "vllm", {})

@@ -29,6 +29,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._precompiled impor
     PrecompiledError,
     parse_base,
 )
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._python_only import MODES as PYTHON_ONLY_MODES
 
 __all__ = [
     "BUILD_ARGUMENT_SPEC",
@@ -87,6 +88,8 @@ VLLM_BUILD_ARGUMENT_SPEC: Dict[str, Dict[str, Any]] = {
     **KEEP_RELEASES_ARGS,
     **DISK_BUDGET_ARGS,
     "run_id": {"type": "str"},
+    # Not a build input: the python-only bump makes the same files as the build it stands in for (_python_only).
+    "python_only": {"type": "str", "choices": list(PYTHON_ONLY_MODES), "default": "auto"},
 }
 
 
@@ -127,6 +130,7 @@ class BuildOptions:
     keep_releases: int
     disk_budget_gb: Optional[float]
     run_id: Optional[str]
+    python_only: str
 
     def __init__(self, repo: Optional[str] = None, ref: Optional[str] = None, **options: Any) -> None:
         specs = {**BUILD_ARGUMENT_SPEC, **VLLM_BUILD_ARGUMENT_SPEC}

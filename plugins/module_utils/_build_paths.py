@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import read_json, utc_now
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._releases import (
@@ -20,7 +20,16 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._releases import (
     release_path,
 )
 
-__all__ = ["STAGING_PREFIX", "Paths", "builds_beside", "log_path", "read_manifest", "serving", "wheels_path"]
+__all__ = [
+    "STAGING_PREFIX",
+    "Paths",
+    "builds_beside",
+    "log_path",
+    "read_manifest",
+    "relocate_venv",
+    "serving",
+    "wheels_path",
+]
 
 # A release built beside the one `current` names (releases/.building-<name>), swapped in when complete.
 STAGING_PREFIX = ".building-"
@@ -78,3 +87,28 @@ def builds_beside(root: str, name: str) -> bool:
     """Whether the release `name` is built beside its place: `current` names it but it has no valid manifest
     (what serves is never removed or rebuilt in place)."""
     return serving(root) == name and os.path.lexists(release_path(root, name))
+
+
+def relocate_venv(venv: str, old: str, new: str) -> List[str]:
+    """Make the venv at `venv`, created as `old`, right for the path `new`: its scripts' shebangs, the
+    activate files and pyvenv.cfg name the path the venv was created at (its python finds itself).
+    Returns the files rewritten (each replaced, never written through a hard link)."""
+    rewritten = []
+    candidates = [os.path.join(venv, "pyvenv.cfg")]
+    bin_dir = os.path.join(venv, "bin")
+    with contextlib.suppress(FileNotFoundError):
+        candidates += [os.path.join(bin_dir, name) for name in os.listdir(bin_dir)]
+    for path in candidates:
+        if os.path.islink(path) or not os.path.isfile(path) or os.path.getsize(path) > 1024**2:
+            continue
+        with open(path, "rb") as handle:
+            data = handle.read()
+        if old.encode() in data:
+            mode = os.stat(path).st_mode
+            tmp = path + ".relocate"
+            with open(tmp, "wb") as handle:
+                handle.write(data.replace(old.encode(), new.encode()))
+            os.chmod(tmp, mode)
+            os.replace(tmp, path)
+            rewritten.append(path)
+    return rewritten

@@ -26,7 +26,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_options imp
     OptionError,
     canonical_package,
 )
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_paths import STAGING_PREFIX, Paths
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_paths import STAGING_PREFIX, Paths, relocate_venv
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._builder import (
     TAIL_LINES,
     Builder,
@@ -45,6 +45,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._disk_budget impor
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._git import GitError, Resolution
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._lock import LockTimeout, host_lock
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._precompiled import Decision
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._python_only import Refused, build_from_earlier
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._releases import (
     RELEASES_DIR,
     manifest_path,
@@ -220,31 +221,10 @@ def remove_debris(root: str) -> None:
                 remove_tree_within(root, staged)
 
 
-def _relocate_venv(venv: str, old: str, new: str) -> None:
-    """Make the venv at `venv`, created as `old`, right for the path `new`: its scripts' shebangs, the
-    activate files and pyvenv.cfg name the path the venv was created at (its python finds itself)."""
-    candidates = [os.path.join(venv, "pyvenv.cfg")]
-    bin_dir = os.path.join(venv, "bin")
-    with contextlib.suppress(FileNotFoundError):
-        candidates += [os.path.join(bin_dir, name) for name in os.listdir(bin_dir)]
-    for path in candidates:
-        if os.path.islink(path) or not os.path.isfile(path) or os.path.getsize(path) > 1024**2:
-            continue
-        with open(path, "rb") as handle:
-            data = handle.read()
-        if old.encode() in data:
-            mode = os.stat(path).st_mode
-            tmp = path + ".relocate"
-            with open(tmp, "wb") as handle:
-                handle.write(data.replace(old.encode(), new.encode()))
-            os.chmod(tmp, mode)
-            os.replace(tmp, path)
-
-
 def swap_in(paths: Paths) -> None:
     """Put the release built beside its final place there: the old directory (incomplete, named by
     `current`) is renamed away and the new one renamed in, two renames in one directory."""
-    _relocate_venv(paths.venv, paths.venv, os.path.join(paths.final, "venv"))
+    relocate_venv(paths.venv, paths.venv, os.path.join(paths.final, "venv"))
     old = os.path.join(os.path.dirname(paths.final), f"{STAGING_PREFIX}{os.path.basename(paths.final)}.old")
     remove_tree_within(paths.root, old)
     os.rename(paths.final, old)
@@ -271,6 +251,7 @@ def make_release(opts: BuildOptions, builder: Builder, plan: Plan) -> Dict[str, 
     added = {key: redact_url(value) for key, value in plan.added_env.items()}
     builder.note("environment added by vllm_build (not build inputs): " + json.dumps(added, sort_keys=True))
     build_torch = None
+    python_only: Optional[Dict[str, Any]] = None
     try:
         if opts.wheel:
             wheel = builder.adopt_wheel(opts.wheel)
@@ -282,19 +263,26 @@ def make_release(opts: BuildOptions, builder: Builder, plan: Plan) -> Dict[str, 
             if wheel:
                 builder.note(f"reusing the wheel built earlier: {wheel}")
             else:
+                python_only = _python_only(opts, builder, plan)
+                wheel = (python_only or {}).pop("wheel", "")
+            if not wheel:
                 status.stage("fetch", f"checking out {plan.commit[:12]}")
                 builder.checkout(plan.mirror, plan.commit)
-        status.stage("install" if wheel else "build", "creating the venv")
-        builder.create_venv()
-        if not wheel:
-            if not opts.build_isolation:
-                builder.install_build_requirements(paths.src, keep_torch=plan.inputs.get("torch") is None)
-                build_torch = builder.venv_torch()
-                builder.note(f"the wheel builds against the venv's torch: {build_torch or 'none'}")
-            wheel = builder.build_wheel(paths.src)
-            status.stage("install", f"installing {os.path.basename(wheel)}")
-        wheel_sha = sha256_file(wheel)
-        builder.install(wheel, wheel_sha)
+        if python_only and python_only["used"]:
+            wheel_sha = python_only.pop("wheel_sha256")
+            builder.install_record = {"how": "python_only", "from": python_only["from"]}
+        else:
+            status.stage("install" if wheel else "build", "creating the venv")
+            builder.create_venv()
+            if not wheel:
+                if not opts.build_isolation:
+                    builder.install_build_requirements(paths.src, keep_torch=plan.inputs.get("torch") is None)
+                    build_torch = builder.venv_torch()
+                    builder.note(f"the wheel builds against the venv's torch: {build_torch or 'none'}")
+                wheel = builder.build_wheel(paths.src)
+                status.stage("install", f"installing {os.path.basename(wheel)}")
+            wheel_sha = sha256_file(wheel)
+            builder.install(wheel, wheel_sha)
         manifest = {
             "schema": MANIFEST_SCHEMA,
             "name": plan.name,
@@ -319,6 +307,7 @@ def make_release(opts: BuildOptions, builder: Builder, plan: Plan) -> Dict[str, 
             "wheel_tags": builder.tags,
             "max_jobs": plan.max_jobs,
             "added_env": added,
+            "python_only": python_only,
         }
         # Last: from now on the release exists. 0600: what the masking rule misses is still no one else's.
         write_json_atomic(paths.manifest, manifest, mode=0o600)
@@ -331,6 +320,25 @@ def make_release(opts: BuildOptions, builder: Builder, plan: Plan) -> Dict[str, 
         raise
     remove_tree_within(opts.root, paths.build)
     return manifest
+
+
+def _python_only(opts: BuildOptions, builder: Builder, plan: Plan) -> Optional[Dict[str, Any]]:
+    """The python-only bump of a precompiled build (_python_only), or its refusal (used: false, the reason);
+    None where it is not tried. The release name is the build's: the same files, so the same inputs."""
+    if opts.python_only == "never" or not plan.decision.use:
+        return None
+    builder.status.stage("install", f"python-only bump of {plan.commit[:12]} from an earlier release")
+    started = time.monotonic()
+    try:
+        return build_from_earlier(opts.root, plan.digest, plan.commit, plan.mirror, "vllm", builder.paths, builder.note)
+    except Refused as exc:
+        builder.note(f"python-only bump not used ({exc}): the normal build")
+        return {
+            "used": False,
+            "reason": str(exc),
+            "files_changed": None,
+            "seconds": round(time.monotonic() - started, 2),
+        }
 
 
 def discard_attempt(root: str, builder: Builder, exc: BaseException) -> None:

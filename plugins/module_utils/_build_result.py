@@ -54,6 +54,7 @@ def result(
         "precompiled": precompiled,
         "precompiled_reason": reason,
         "max_jobs": max_jobs,
+        "python_only": (manifest or {}).get("python_only"),
         "duration": round(time.monotonic() - started, 3),
         "stage_seconds": {},
         "status_path": os.path.join(opts.root, STATUS_NAME),

@@ -57,6 +57,18 @@ options:
       - An identifier of this run, written into O(root)C(/build-status.json) so that a poller can tell this run's
         status from an earlier one's (the C(vllm_install) role passes a fresh one).
     type: str
+  python_only:
+    description:
+      - V(auto) makes a precompiled release of a commit whose diff from an earlier precompiled release of the
+        same inputs on this host changes only Python files of the package (nothing under vLLM's compiled or
+        dependency paths) from that release, without running vLLM's setup.py - its venv hard-linked, the changed
+        files, C(_version.py), dist-info, RECORD and C(direct_url.json) written, every RECORD hash verified, and
+        the wheel assembled from the earlier wheel's members. The same installed files as the normal build, in
+        a fraction of its time; anything it cannot prove falls back to the normal build (RV(python_only), its reason).
+      - V(never) always runs the normal build.
+    type: str
+    choices: [auto, never]
+    default: auto
 notes:
   - The inputs hash covers the interpreter path and version, the installer, O(build_env), O(build_isolation),
     O(system_site_packages), O(pip_args), C(TORCH_CUDA_ARCH_LIST) and the precompiled decision. The torch
@@ -292,6 +304,21 @@ precompiled_reason:
   sample: "12 files changed since the base wheel's commit f2654939e0b1 (tag v0.26.0, of the wheel's version
     vllm-0.26.0-cp38-abi3-manylinux1_x86_64.whl), none under vLLM's compiled paths: precompiled (base wheel
     /srv/wheels/vllm-0.26.0-cp38-abi3-manylinux1_x86_64.whl)"
+python_only:
+  description:
+    - Whether the release was made by the python-only bump (O(python_only)) - C(used), C(reason) (why, or why not -
+      the refusal), C(files_changed), C(seconds), C(from) (the earlier release). Null in check mode, for a
+      release found already built before this key existed, and when the bump was not tried (not precompiled,
+      O(python_only=never), a given O(wheel)).
+  returned: always
+  type: dict
+  sample:
+    used: true
+    files_changed: 1
+    seconds: 9.8
+    from: f2654939e0b1-1a2b3c4d
+    reason: "1 files changed since f2654939e0b1-1a2b3c4d (f2654939e0b1), all Python files of vllm/ or outside the
+      wheel: built from that release without setup.py"
 max_jobs:
   description: C(MAX_JOBS) of the build (derived or given; see C(manifest.json) C(max_jobs.source)). Null in check mode.
   returned: always
@@ -336,6 +363,7 @@ def main() -> None:
             keep_releases=params["keep_releases"],
             disk_budget_gb=params["disk_budget_gb"],
             run_id=params["run_id"],
+            python_only=params["python_only"],
         )
         result = build(options, check_mode=module.check_mode)
     except BuildError as exc:

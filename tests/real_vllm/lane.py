@@ -116,10 +116,11 @@ def wheel_commit_options() -> Dict[str, str]:
     return {"precompiled_wheel_commit": f"v{VERSION}"} if "precompiled_wheel_commit" in build_params() else {}
 
 
-def run_build(params: Dict[str, Any], check_mode: bool) -> Dict[str, Any]:
+def run_build(params: Dict[str, Any], check_mode: bool, **own: Any) -> Dict[str, Any]:
+    """vllm_build's core; `own`: its options that name no release (python_only)."""
     from ansible_collections.vllm_ops.dflash.plugins.module_utils import _build
 
-    return _build.build(_build.build_options(params), check_mode=check_mode)
+    return _build.build(_build.build_options(params, **own), check_mode=check_mode)
 
 
 def seed_mirror(root: str, repo: str) -> None:
@@ -245,10 +246,12 @@ def python_only_params(env: Dict[str, Any], root: str, python: str, ref: str, **
     )
 
 
-def real_build(env: Dict[str, Any], root: str, python: str, ref: str, **extra: Any) -> Dict[str, Any]:
+def real_build(
+    env: Dict[str, Any], root: str, python: str, ref: str, python_only: str = "auto", **extra: Any
+) -> Dict[str, Any]:
     params = python_only_params(env, root, python, ref, **extra)
     started = time.monotonic()
-    result = run_build(params, check_mode=False)
+    result = run_build(params, check_mode=False, python_only=python_only)
     result["wall_seconds"] = round(time.monotonic() - started, 1)
     return result
 
@@ -354,6 +357,91 @@ def _only_retagged(ours: str, theirs: str, base: str, differ: List[str]) -> Opti
     if ours_rest == theirs_rest and ours_tags == base_tags and same_record:
         return " ".join(tag.split(":", 1)[1].strip() for tag in ours_tags)
     return None
+
+
+def _tree(venv: str) -> Dict[str, Tuple[str, Any]]:
+    """Every entry of a venv but __pycache__ (what running it left): (kind, inode or link text), by path."""
+    entries: Dict[str, Tuple[str, Any]] = {}
+    for top, dirs, files in os.walk(venv):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        for name in files + [d for d in dirs if os.path.islink(os.path.join(top, d))]:
+            path = os.path.join(top, name)
+            relative = os.path.relpath(path, venv)
+            entries[relative] = ("link", os.readlink(path)) if os.path.islink(path) else ("file", os.stat(path).st_ino)
+    return entries
+
+
+def _same_file(first: str, second: str) -> bool:
+    if os.path.basename(first) == "RECORD":  # its order is no part of its meaning (uv's differs run to run)
+        with open(first, "rb") as a, open(second, "rb") as b:
+            return sorted(a.read().splitlines()) == sorted(b.read().splitlines())
+    with open(first, "rb") as a, open(second, "rb") as b:
+        while True:
+            chunk = a.read(1 << 20)
+            if chunk != b.read(1 << 20):
+                return False
+            if not chunk:
+                return True
+
+
+def compare_venvs(reference: str, made: str) -> Dict[str, Any]:
+    """The installed files of two venvs of the same path, byte for byte (a shared inode is the same bytes)."""
+    ours, theirs = _tree(made), _tree(reference)
+    differ = []
+    for name in sorted(set(ours) & set(theirs)):
+        (kind, ino), (other_kind, other_ino) = ours[name], theirs[name]
+        if (
+            kind != other_kind
+            or (kind == "link" and ino != other_ino)
+            or (
+                kind == "file"
+                and ino != other_ino
+                and not _same_file(os.path.join(made, name), os.path.join(reference, name))
+            )
+        ):
+            differ.append(name)
+    return {
+        "files": len(ours),
+        "shared_inodes": sum(1 for n in set(ours) & set(theirs) if ours[n] == theirs[n]),
+        "differ": differ,
+        "only_fast": sorted(set(ours) - set(theirs)),
+        "only_reference": sorted(set(theirs) - set(ours)),
+    }
+
+
+def python_only_bump(env: Dict[str, Any], root: str, python: str, reference: Dict[str, Any], **named: Any) -> Dict:
+    """fork/python again, by the python-only bump from the `main` release, against `reference` (the full
+    precompiled build of fork/python, moved aside): every installed file and every wheel member compared."""
+    aside = os.path.join(os.path.dirname(root), "reference")
+    shutil.rmtree(aside, ignore_errors=True)
+    os.makedirs(aside)
+    ref_release, ref_wheels = os.path.join(aside, "release"), os.path.join(aside, "wheels")
+    os.rename(reference["release"], ref_release)
+    os.rename(os.path.dirname(reference["wheel"]), ref_wheels)
+    forget_releases(root, env["commits"]["main"])
+    earlier = real_build(env, root, python, "main", python_only="never", **named)
+    fast = real_build(env, root, python, "fork/python", **named)
+    record: Dict[str, Any] = {
+        "earlier": {k: earlier.get(k) for k in ("release_name", "precompiled", "duration", "stage_seconds")},
+        "fast": {k: fast.get(k) for k in ("release_name", "python_only", "duration", "stage_seconds", "wall_seconds")},
+    }
+    if fast["release_name"] != reference["release_name"]:
+        record["error"] = f"the bump made {fast['release_name']}, not {reference['release_name']}"
+        return record
+    record["installed"] = installed_check(fast["release"])
+    record["venv"] = compare_venvs(os.path.join(ref_release, "venv"), os.path.join(fast["release"], "venv"))
+    ours, _bad = _members(fast["wheel"])
+    theirs, _bad = _members(os.path.join(ref_wheels, os.path.basename(reference["wheel"])))
+    differ = sorted(n for n in set(ours) | set(theirs) if ours.get(n) != theirs.get(n))
+    for name in [n for n in differ if n.endswith(".dist-info/RECORD")]:  # RECORD: its lines, not their order
+        with zipfile.ZipFile(fast["wheel"]) as a, zipfile.ZipFile(
+            os.path.join(ref_wheels, os.path.basename(reference["wheel"]))
+        ) as b:
+            if sorted(a.read(name).splitlines()) == sorted(b.read(name).splitlines()):
+                differ.remove(name)
+    record["wheel_members_differ"] = differ
+    shutil.rmtree(aside, ignore_errors=True)
+    return record
 
 
 def facts(root: str, release: str) -> Dict[str, Any]:
@@ -467,6 +555,28 @@ def report(record: Dict[str, Any]) -> str:
                 f"{verdict}"
                 f"; RECORD lines that do not match their member: {compare['record_bad_lines']}.",
             ]
+    bump = record.get("python_only")
+    if bump:
+        lines += ["", "## The python-only bump: `fork/python` again, from the `main` release (python_only: auto)", ""]
+        if bump.get("error"):
+            lines += [f"FAILED: {_cell(bump['error'])}"]
+        else:
+            fast, earlier, venv = bump["fast"], bump["earlier"], bump.get("venv") or {}
+            stages = ", ".join(f"{k} {v:.1f} s" for k, v in (fast.get("stage_seconds") or {}).items())
+            lines += [
+                f"- the earlier release `{earlier['release_name']}` (`main`, python_only: never): "
+                f"{earlier['duration']} s",
+                f"- the bump: `{fast['release_name']}` in {fast['duration']} s ({stages}); "
+                f"python_only: `{_cell(json.dumps(fast['python_only']))}`",
+                f"- installed vLLM against its RECORD: {bump['installed'].get('files')} files hashed, "
+                f"{len(bump['installed'].get('not_matching') or [])} not matching",
+                f"- against the full precompiled build of the same commit (above, moved aside): {venv.get('files')} "
+                f"installed files ({venv.get('shared_inodes')} the same inode), differing: "
+                f"{', '.join(f'`{n}`' for n in venv.get('differ') or []) or 'none'}; only in the bump: "
+                f"{venv.get('only_fast') or 'none'}; only in the build: {venv.get('only_reference') or 'none'}"
+                " (RECORD compared as its set of lines; `uv_cache.json` is uv's record of the wheel file's mtime)",
+                f"- wheel members differing (sha256 each): {bump['wheel_members_differ'] or 'none'}",
+            ]
     lines += ["", "## vllm_facts on that release (CPU-only host: no GPU driver)", ""]
     if found.get("error"):
         lines += [f"FAILED: {_cell(found['error'])}", ""]
@@ -493,6 +603,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--out", default=None, help="the markdown report (default docs/real-vllm/<UTC date>.md)")
     parser.add_argument("--skip-build", action="store_true", help="decisions only")
     parser.add_argument("--skip-compare", action="store_true", help="no plain vLLM build to compare the wheel with")
+    parser.add_argument("--skip-python-only", action="store_true", help="no python-only bump of fork/python")
     args = parser.parse_args(argv)
     directory = os.path.abspath(args.dir)
     env = prepare(directory)
@@ -513,7 +624,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not args.skip_build:
         record["build_options"] = named
         try:
-            build = real_build(env, root, python, "fork/python", **named)
+            build = real_build(env, root, python, "fork/python", python_only="never", **named)
         except Exception as exc:
             build = {"error": f"{type(exc).__name__}: {exc}"}
         record["build"] = build
@@ -526,6 +637,11 @@ def main(argv: Optional[List[str]] = None) -> int:
                     record["compare"] = compare_with_plain_build(env, root, build)
                 except Exception as exc:
                     record["compare"] = {"error": f"{type(exc).__name__}: {exc}", "identical": False}
+            if not args.skip_python_only:
+                try:
+                    record["python_only"] = python_only_bump(env, root, python, build, **named)
+                except Exception as exc:
+                    record["python_only"] = {"error": f"{type(exc).__name__}: {exc}"}
             record["disk"] = {
                 "release": du(build["release"]),
                 "wheel": os.path.getsize(build["wheel"]) if build.get("wheel") else None,
@@ -558,6 +674,21 @@ def main(argv: Optional[List[str]] = None) -> int:
     failed = [row["branch"] for row in record["decisions"] + record["decisions_named"] if not row["ok"]]
     broken = (record.get("build") or {}).get("error") or (record.get("facts") or {}).get("error")
     broken = broken or (record.get("compare") is not None and not record["compare"].get("identical"))
+    bump = record.get("python_only")
+    if bump is not None:
+        venv = bump.get("venv") or {}
+        expected = all(name.endswith(("/RECORD", "/uv_cache.json")) for name in venv.get("differ") or [])
+        used = (bump.get("fast") or {}).get("python_only", {}).get("used")
+        broken = (
+            broken
+            or bump.get("error")
+            or not used
+            or not expected
+            or venv.get("only_fast")
+            or venv.get("only_reference")
+            or bump.get("wheel_members_differ")
+            or (bump.get("installed") or {}).get("not_matching")
+        )
     if not args.skip_build and broken:
         failed.append("build/facts")
     if failed:

@@ -60,8 +60,8 @@ unit: venv $(COLL)
 ## (pytest-xdist; UNIT_FAST_WORKERS=0 runs it in this one process); `make unit` and `make test` run them all.
 ## Goal <= 60 s on a quiet 2-core machine (issue 29). 2026-12-03 13:46-14:06 UTC, three before/after pairs
 ## beside 4 other engineers (load 2.7-7): 152-163 CPU-s before, 115-123 after (14:14-14:30, load 5-7:
-## 212 before, 153 and 178 after); wall there 113-366 s, not
-## the goal's quiet figure (README.md, Tests). ~88 s quiet before; 60 s quiet is unverified.
+## 212 before, 153 and 178 after); wall there 113-366 s, not the goal's quiet figure (README.md, Tests).
+## ~88 s quiet before; 60 s quiet is unverified.
 UNIT_FAST_WORKERS ?= auto
 # Bytecode under .cache/pycache, never in the tree, even where PYTHONDONTWRITEBYTECODE is set: else each
 # worker re-rewrites every test's asserts (5 of 8.5 CPU-s of collection) and each module run recompiles.

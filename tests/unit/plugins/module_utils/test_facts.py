@@ -75,16 +75,20 @@ class ExtensionBuilder:
     def __init__(self, directory):
         self.directory = Path(directory)
         self.cache = {}
+        self.includes = {}
 
     def library(self, kind, python):
-        include = python_paths(python)["include"]
-        key = (kind, include)
+        # A venv's include is its base interpreter's (bin/python links to it): asked once per interpreter.
+        real = os.path.realpath(python)
+        if real not in self.includes:
+            self.includes[real] = python_paths(real)["include"]
+        key = (kind, self.includes[real])
         if key not in self.cache:
             source = self.directory / f"{kind}-{len(self.cache)}.c"
             source.write_text(EXTENSIONS_C if kind == "extensions" else UNDEFINED_C)
             target = source.with_suffix(".so")
             subprocess.run(
-                ["gcc", "-shared", "-fPIC", "-O0", "-I", include, "-o", str(target), str(source)],
+                ["gcc", "-shared", "-fPIC", "-O0", "-I", key[1], "-o", str(target), str(source)],
                 check=True,
                 capture_output=True,
             )

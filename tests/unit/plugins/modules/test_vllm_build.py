@@ -119,6 +119,21 @@ def test_secrets_in_pip_args_and_build_env_never_reach_the_output(tiny, tmp_path
             assert token not in text and hf not in text, path
 
 
+def test_check_mode_takes_a_version_alone_and_names_the_release(tmp_path):
+    """As Ansible runs it, the fast half of the next test: the argument spec takes `version` without
+    repo/ref, and check mode names the release and writes nothing (no venv, no pip)."""
+    index = tmp_path / "index"
+    make_release_wheel(index, "0.32.0", "g3cfc8f8b7")
+    args = {"version": "0.32.0", "root": str(tmp_path / "root"), "python": sys.executable, "installer": "pip"}
+    args["pip_args"] = ["--no-index", "--find-links", str(index)]
+    result = run_module(tmp_path, check_mode=True, **args)
+    assert "failed" not in result, result.get("msg")
+    assert (result["changed"], result["source"], result["version"]) == (True, "release", "0.32.0")
+    assert result["requested_ref"] is None and result["release_name"].startswith("vllm-0.32.0-")
+    assert not (tmp_path / "root").exists()
+
+
+@pytest.mark.slow_build  # two fresh venvs and pip installs: ~24 CPU-s, as the core's release tests
 def test_a_release_needs_no_repo_or_ref_and_a_missing_version_names_the_index(tmp_path):
     """As Ansible runs it: `version` alone is valid input (repo/ref are not required), and a version the
     index lacks fails with the index and the fix in msg."""

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 
 from ansible_collections.vllm_ops.dflash.tests.helpers import module_runner
@@ -20,7 +21,14 @@ def test_the_problems_fail_once_naming_each_fix(tmp_path):
     assert [p["name"] for p in failed["problems"]] == ["python", "disk"]
     assert failed["msg"].startswith("2 prerequisite(s) missing on this host, nothing was built or changed: (1) ")
     returned = run_module(tmp_path, fail=False, **args)
-    assert returned.get("failed") is not True and returned["problems"] == failed["problems"]
+    assert returned.get("failed") is not True
+
+    # The same problems; the free-space figure in the disk problem's text moves with whatever else writes
+    # to this disk between the two runs, so figures are masked before the texts are compared.
+    def masked(found):
+        return [dict(p, msg=re.sub(r"\d+(\.\d+)?", "N", p["msg"])) for p in found]
+
+    assert masked(returned["problems"]) == masked(failed["problems"])
     assert not (tmp_path / "r").exists()
 
 

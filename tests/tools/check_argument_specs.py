@@ -2,9 +2,12 @@
 
 Every default must be documented with the same default value, and every documented option that has a
 default must be in defaults/main.yml (the prometheus-community/ansible convention).
-A name several roles take (vllm_instance, vllm_root, ...) is one variable of the play: every role must give
-it the same type, default and description, so that setting it once means the same to all of them. Entry
-points of one role may leave a default or the description to their main entry point.
+A name several roles take (vllm_instance, vllm_root, ...) is one variable of the play, documented and
+defaulted once, in the role `vllm` the others depend on (meta/main.yml): an entry point's reads may be
+documented by its role's dependencies, and each option of a dependency must be read by a role depending on it.
+Should two roles document one name anyway, both must give it the same type, default and description, so that
+setting it once means the same to all of them. Entry points of one role may leave a default or the
+description to their main entry point.
 """
 
 from __future__ import annotations
@@ -137,6 +140,21 @@ def _defaults(role: Path) -> dict:
     return (yaml.safe_load(defaults_file.read_text()) or {}) if defaults_file.exists() else {}
 
 
+def dependencies(role: Path) -> list[Path]:
+    """The roles of this collection that meta/main.yml names as dependencies (FQCN or short name)."""
+    meta = role / "meta" / "main.yml"
+    listed = (yaml.safe_load(meta.read_text()) or {}).get("dependencies") or [] if meta.exists() else []
+    names = [(item.get("role") or item.get("name")) if isinstance(item, dict) else item for item in listed]
+    return [role.parent / name.split(".")[-1] for name in names]
+
+
+def _main_options(role: Path) -> dict:
+    specs_file = role / "meta" / "argument_specs.yml"
+    if not specs_file.exists():
+        return {}
+    return yaml.safe_load(specs_file.read_text())["argument_specs"].get("main", {}).get("options") or {}
+
+
 def role_internal(role: Path) -> set[str]:
     """What the role's own tasks define, in any of its task files: registers, set_fact keys, task and include
     vars, loop vars, and the template_vars of its template lookups. State between its entry points (a register
@@ -162,7 +180,7 @@ def entry_point_reads(role: Path, entry: str, outputs: set[str]) -> set[str]:
     role_vars = (
         yaml.safe_load((role / "vars" / "main.yml").read_text()) or {} if (role / "vars" / "main.yml").exists() else {}
     )
-    defaults = _defaults(role)
+    defaults = {**{k: v for dep in dependencies(role) for k, v in _defaults(dep).items()}, **_defaults(role)}
     reads: set[str] = set()
     defined = role_internal(role)
     pending, seen = [role / "tasks" / f"{entry}.yml"], set()
@@ -211,11 +229,16 @@ def entry_point_problems(roles: Path = ROLES) -> list[str]:
     task of it reads."""
     outputs = role_outputs(roles)
     found = []
+    read_through: dict[Path, set[str]] = {}  # a dependency's options, as read by the roles depending on it
     for specs_file in sorted(roles.glob("*/meta/argument_specs.yml")):
         role = specs_file.parents[1]
+        inherited = {name for dep in dependencies(role) for name in _main_options(dep)}
         for entry, spec in yaml.safe_load(specs_file.read_text())["argument_specs"].items():
-            documented = set(spec.get("options") or {})
             reads = entry_point_reads(role, entry, outputs)
+            for dep in dependencies(role):
+                read_through.setdefault(dep, set()).update(reads & set(_main_options(dep)))
+            documented = set(spec.get("options") or {})
+            reads -= inherited - documented
             # main documents every default (problems_for), read by main or only by another entry point
             unread = documented - reads - (set(_defaults(role)) if entry == "main" else set())
             found += [
@@ -225,6 +248,11 @@ def entry_point_problems(roles: Path = ROLES) -> list[str]:
             found += [
                 f"{role.name} {entry}: documents {name}, which none of its tasks reads" for name in sorted(unread)
             ]
+    for dep, reads in sorted(read_through.items()):
+        found += [
+            f"{dep.name} main: documents {name}, which no role depending on it reads"
+            for name in sorted(set(_main_options(dep)) - reads)
+        ]
     return found
 
 

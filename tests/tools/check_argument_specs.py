@@ -21,6 +21,15 @@ import jinja2.nodes
 import yaml
 
 ROLES = Path(__file__).resolve().parents[2] / "roles"
+# `new: "{{ old | default(<literal>) }}"`: a renamed variable that still honours its deprecated old name; the
+# literal is its default (what argument_specs documents), the old name an option of its own.
+RENAMED = re.compile(r"^\{\{\s*([a-z_][a-z0-9_]*)\s*\|\s*default\((.*)\)\s*\}\}$", re.DOTALL)
+
+
+def renamed(value: object) -> tuple[str, object] | None:
+    """(old name, default) of a default that honours a deprecated name, else None."""
+    match = RENAMED.match(value.strip()) if isinstance(value, str) else None
+    return (match.group(1), yaml.safe_load(match.group(2))) if match else None
 
 
 def problems_for(role: Path) -> list[str]:
@@ -34,7 +43,7 @@ def problems_for(role: Path) -> list[str]:
     for name, value in defaults.items():
         if name not in specs:
             found.append(f"{role.name}: default {name} is not documented in argument_specs")
-        elif specs[name].get("default") != value:
+        elif specs[name].get("default") != (renamed(value) or (None, value))[1]:
             found.append(f"{role.name}: {name} default {value!r} != argument_specs {specs[name].get('default')!r}")
     for name, spec in specs.items():
         if "default" in spec and name not in defaults:
@@ -240,7 +249,9 @@ def entry_point_problems(roles: Path = ROLES) -> list[str]:
             documented = set(spec.get("options") or {})
             reads -= inherited - documented
             # main documents every default (problems_for), read by main or only by another entry point
-            unread = documented - reads - (set(_defaults(role)) if entry == "main" else set())
+            defaults = _defaults(role) if entry == "main" else {}
+            old_names = {old for value in defaults.values() for old, _ in [renamed(value) or (None, None)] if old}
+            unread = documented - reads - set(defaults) - old_names
             found += [
                 f"{role.name} {entry}: reads {name}, which its argument_specs do not document"
                 for name in sorted(reads - documented)

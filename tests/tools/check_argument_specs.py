@@ -186,9 +186,13 @@ def entry_point_reads(role: Path, entry: str, outputs: set[str]) -> set[str]:
     """The role-prefixed variables the entry point's tasks read, the files they include and the templates they
     render followed, through the role's vars/main.yml and defaults/main.yml expressions; less what the role's
     tasks define (role_internal) and what a role outputs."""
-    role_vars = (
-        yaml.safe_load((role / "vars" / "main.yml").read_text()) or {} if (role / "vars" / "main.yml").exists() else {}
-    )
+    # A dependency's vars/main.yml is the role's too (Ansible combines them): vllm_kept_files, vllm_model_name.
+    role_vars = {
+        name: value
+        for source in [*dependencies(role), role]
+        if (source / "vars" / "main.yml").exists()
+        for name, value in (yaml.safe_load((source / "vars" / "main.yml").read_text()) or {}).items()
+    }
     defaults = {**{k: v for dep in dependencies(role) for k, v in _defaults(dep).items()}, **_defaults(role)}
     reads: set[str] = set()
     defined = role_internal(role)

@@ -376,7 +376,7 @@ class Bench:
                 "rejection_sample_method": "synthetic",
                 "synthetic_acceptance_length": 4.0,
             },
-            "dflash_drafter_config": "/srv/models/tiny-dflash/config.json",
+            "dflash_config_drafter_config": "/srv/models/tiny-dflash/config.json",
             "vllm_ready_timeout": 60,
             "dflash_gate_requests": 12,
             "dflash_gate_max_tokens": 64,

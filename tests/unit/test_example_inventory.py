@@ -71,13 +71,13 @@ def test_the_playbooks_pass_the_syntax_check_with_it(playbook):
 
 
 def test_both_models_are_staged_at_commits_so_the_offline_unit_can_serve(host_vars):
-    for name in ("vllm_target_model", "dflash_drafter_model"):
+    for name in ("vllm_target_model", "vllm_drafter_model"):
         model = host_vars[name]
         assert re.fullmatch(r"[0-9a-f]{40}", model["revision"]), (name, model)
         assert not model.get("allow_moving_revision")
-    assert host_vars["dflash_drafter_model"]["repo_id"] == host_vars["vllm_speculative_config"]["model"]
+    assert host_vars["vllm_drafter_model"]["repo_id"] == host_vars["vllm_speculative_config"]["model"]
     # The staged drafter's config.json is what the preflight reads: no path that a fresh host lacks.
-    assert not host_vars.get("dflash_drafter_config")
+    assert not host_vars.get("dflash_config_drafter_config")
 
 
 def test_secrets_come_from_the_vault_example(host_vars):

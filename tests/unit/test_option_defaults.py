@@ -36,6 +36,8 @@ OMIT_EMPTY = re.compile(
 )
 # Left out only when undefined: a defined value, empty or not, is passed.
 OMIT_UNDEFINED = re.compile(r"^\{\{\s*" + _VAR + r"\s*\|\s*default\(\s*omit\s*\)\s*\}\}$")
+# A renamed role default that honours its deprecated old name: `new: "{{ old | default(<literal>) }}"`.
+RENAMED = re.compile(r"^\{\{\s*" + _VAR + r"\s*\|\s*default\((?!\s*omit\b).*\)\s*\}\}$", re.DOTALL)
 ENV = jinja2.Environment()
 
 # (variable, module, option) -> why the role's default is not the module's.
@@ -93,7 +95,7 @@ def _aliases(root: Path) -> Dict[str, str]:
     mappings += [node.get("vars") for path in task_files(root) for node in _nodes(_yaml(path))]
     for mapping in mappings:
         for var, value in mapping.items() if isinstance(mapping, dict) else ():
-            match = DIRECT.match(value.strip()) if isinstance(value, str) else None
+            match = (DIRECT.match(value.strip()) or RENAMED.match(value.strip())) if isinstance(value, str) else None
             if match and match.group(1) != var:
                 found[var] = match.group(1)
     return found
@@ -315,3 +317,10 @@ def test_an_empty_value_that_omits_the_option_and_an_equal_one_pass(tmp_path):
         {"meta/runtime.yml": RUNTIME, "roles/a/tasks/main.yml": GROUP_TASKS, "roles/a/defaults/main.yml": defaults},
     )
     assert disagreements(feeds(root), written_defaults(root), SPECS) == []
+
+
+def test_a_deprecated_old_name_feeds_what_its_new_name_feeds():
+    # dflash_config_capability_probes: "{{ dflash_capability_probes | default({...}) }}" (renamed in 0.2.0)
+    found = {(feed.var, feed.module, feed.option) for feed in checkout()[0]}
+    assert ("dflash_config_capability_probes", "dflash_preflight", "capability_probes") in found
+    assert ("dflash_capability_probes", "dflash_preflight", "capability_probes") in found

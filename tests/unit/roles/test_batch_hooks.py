@@ -28,7 +28,7 @@ def stubbed(task: dict, fail_on: str) -> dict:
         return task
     stub = {"name": task["name"], "ansible.builtin.debug": {"msg": f"STEP {{{{ inventory_hostname }}}} {task['name']}"}}
     if task["name"] == "Run the service and wait until it is ready":
-        stub["tags"] = ["service"]  # the tag of vllm_service's tasks
+        stub["tags"] = ["vllm_service", "service"]  # the tags of vllm_service's tasks (the bare one until 1.0.0)
     if task["name"] == "Gate on the acceptance length":
         stub["failed_when"] = f"inventory_hostname == '{fail_on}'"
     if task["name"] == "Roll back this host":
@@ -140,8 +140,9 @@ def test_a_failed_drain_fails_the_host_with_nothing_changed(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_hooks_run_under_any_tags(tmp_path):
-    lines, proc = run_rollout(tmp_path, args=("--tags", "service"), dflash_serial=[1, "100%"])
+@pytest.mark.parametrize("tag", ["vllm_service", "service"])  # the role's tag, and its bare one until 1.0.0
+def test_the_hooks_run_under_any_tags(tmp_path, tag):
+    lines, proc = run_rollout(tmp_path, args=("--tags", tag), dflash_serial=[1, "100%"])
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for host in HOSTS:
         assert steps_of(lines, host) == ["hook-pre", "Run the service and wait until it is ready", "hook-post"]

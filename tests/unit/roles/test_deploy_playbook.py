@@ -49,10 +49,10 @@ def test_the_first_batch_is_one_host_then_a_quarter():
 
 # ---------------------------------------------------------------- the rescue's decision (issue 14 item 1)
 
-ROLLBACK = Path(__file__).resolve().parents[3] / "roles" / "dflash_gate" / "tasks" / "rollback.yml"
+ROLLBACK = Path(__file__).resolve().parents[3] / "roles" / "dflash_rollback" / "tasks" / "main.yml"
 
 
-GATE_VARS = yaml.safe_load((ROLLBACK.parents[1] / "vars" / "main.yml").read_text())
+ROLLBACK_VARS = yaml.safe_load((ROLLBACK.parents[1] / "vars" / "main.yml").read_text())
 
 
 def rescue_decision(
@@ -60,15 +60,15 @@ def rescue_decision(
 ):
     facts = {}
     variables = {
-        "dflash_gate_rollback_rescue": trust_as_template(GATE_VARS["dflash_gate_rollback_rescue"]),
+        "dflash_rollback_rescue": trust_as_template(ROLLBACK_VARS["dflash_rollback_rescue"]),
         "dflash_rollback_reason": reason,
         "dflash_rollback_failed_release": failed,
         "dflash_rollback_gate_failed": gate,
-        "dflash_gate_state": {"current": current, "last_good": last_good},
+        "dflash_rollback_state": {"current": current, "last_good": last_good},
         "dflash_rollback_fallback": fallback,
         "dflash_rollback_needed": changed,
         # skipped (no rc) for an operator's rollback
-        "dflash_gate_config_diff": {"rc": 1 if config_differs else 0} if reason else {"skipped": True},
+        "dflash_rollback_config_diff": {"rc": 1 if config_differs else 0} if reason else {"skipped": True},
     }
     if explicit:
         variables["dflash_rollback_to"] = explicit
@@ -78,7 +78,7 @@ def rescue_decision(
             templar = Templar(loader=DataLoader(), variables={**variables, **facts})
             for name, expression in task["ansible.builtin.set_fact"].items():
                 facts[name] = templar.template(trust_as_template(expression.strip()))
-    return facts["dflash_gate_rollback_to"], bool(facts["dflash_gate_rollback_needed"])
+    return facts["dflash_rollback_target"], bool(facts["dflash_rollback_required"])
 
 
 @pytest.mark.parametrize(

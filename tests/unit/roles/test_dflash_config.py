@@ -41,7 +41,7 @@ def play(tmp_path: Path, **extra: Any) -> subprocess.CompletedProcess:
         "vllm_served_model_name": "tiny",
         # no num_speculative_tokens: the preflight fills in block_size - 1 = 7
         "vllm_speculative_config": {"method": "dflash", "model": "/srv/models/tiny-dflash"},
-        "dflash_drafter_config": str(DRAFTER),
+        "dflash_config_drafter_config": str(DRAFTER),
         "ansible_python_interpreter": sys.executable,
     }
     variables.update(extra)
@@ -134,7 +134,7 @@ def pinned(tmp_path: Path, drafter_checksums: Dict[str, str]) -> Dict[str, Any]:
             "source": "path",
             "path": str(target),
         },
-        "dflash_drafter_model": {
+        "vllm_drafter_model": {
             "repo_id": "fixture/tiny-dflash",
             "revision": "b" * 40,
             "controller_path": str(drafter),
@@ -142,7 +142,7 @@ def pinned(tmp_path: Path, drafter_checksums: Dict[str, str]) -> Dict[str, Any]:
         },
         "vllm_speculative_config": {"method": "dflash"},
         "vllm_served_model_name": "",
-        "dflash_drafter_config": "",
+        "dflash_config_drafter_config": "",
     }
 
 

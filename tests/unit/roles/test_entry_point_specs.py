@@ -125,3 +125,34 @@ def test_every_entry_point_the_readmes_offer_is_documented():
         specs = yaml.safe_load((readme.parent / "meta" / "argument_specs.yml").read_text())["argument_specs"]
         for entry in re.findall(r"tasks_from: ?([a-z_]+)", readme.read_text()):
             assert entry in specs, f"{readme.parent.name} README offers tasks_from {entry}, which has no entry point"
+
+
+def make_shared(tmp_path: Path, shared_options: dict) -> Path:
+    """Role `s` holds shared options; role `r` depends on it and reads vllm_a in main, documenting nothing."""
+    roles = tmp_path / "roles"
+    for role, files in {
+        "s": {
+            "defaults/main.yml": "vllm_a: 1\n",
+            "meta/argument_specs.yml": yaml.safe_dump({"argument_specs": {"main": {"options": shared_options}}}),
+        },
+        "r": {
+            "tasks/main.yml": "- ansible.builtin.debug: {msg: '{{ vllm_a }}'}\n",
+            "meta/main.yml": "dependencies:\n  - role: vllm_ops.dflash.s\n",
+            "meta/argument_specs.yml": yaml.safe_dump({"argument_specs": {"main": {"short_description": "r"}}}),
+        },
+    }.items():
+        for name, text in files.items():
+            (roles / role / name).parent.mkdir(parents=True, exist_ok=True)
+            (roles / role / name).write_text(text)
+    return roles
+
+
+def test_a_dependency_documents_what_the_role_depending_on_it_reads(tmp_path):
+    assert entry_point_problems(make_shared(tmp_path, {"vllm_a": {"type": "int", "default": 1}})) == []
+
+
+def test_a_dependency_option_that_no_role_reads_is_found(tmp_path):
+    options = {"vllm_a": {"type": "int", "default": 1}, "vllm_b": {"type": "int", "default": 2}}
+    roles = make_shared(tmp_path, options)
+    (roles / "s" / "defaults" / "main.yml").write_text("vllm_a: 1\nvllm_b: 2\n")
+    assert entry_point_problems(roles) == ["s main: documents vllm_b, which no role depending on it reads"]

@@ -181,7 +181,7 @@ def _stand_ins(task: dict) -> dict:
                 **record,
                 "module_defaults": {"group/vllm_ops.dflash.vllm_root": {"root": "{{ vllm_root }}"}},
                 # Over the role's (its vars/main.yml, loaded with serving_check): the unit's path is fixed.
-                "vars": {"dflash_gate_kept_files": KEPT},
+                "vars": {"vllm_kept_files": KEPT},
             },
         ]
     else:  # the real role file (activate, serving_check, serving_record)

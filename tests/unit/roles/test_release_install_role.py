@@ -14,6 +14,7 @@ from ansible.template import Templar, trust_as_template
 
 REPO = Path(__file__).resolve().parents[3]
 ROLE = REPO / "roles" / "vllm_install"
+SHARED = REPO / "roles" / "vllm"  # the vllm_* defaults and their spec, a dependency of ROLE
 PLAYS = {play["name"]: play for play in yaml.safe_load((REPO / "playbooks" / "deploy_dflash.yml").read_text())}
 BUILD_TASKS = {task["name"]: task for task in PLAYS["Build vLLM once for the fleet"]["tasks"]}
 ROLLOUT_INSTALL = next(
@@ -44,8 +45,8 @@ def _task(path: Path, name: str) -> dict:
 
 
 def test_the_role_takes_the_release_vars_with_the_documented_defaults():
-    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
-    specs = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
+    defaults = yaml.safe_load((SHARED / "defaults" / "main.yml").read_text())
+    specs = yaml.safe_load((SHARED / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
     for var, (_option, default) in RELEASE_VARS.items():
         assert defaults[var] == default and specs[var]["default"] == default
     checker = subprocess.run(

@@ -1,6 +1,6 @@
 """The deploy's rescue says the truth (issue 28 cases 4 and 13).
 
-dflash_gate's rollback.yml runs whole, as the deploy's rescue includes it, on localhost against a stand-in
+The role dflash_rollback runs whole, as the deploy's rescue includes it, on localhost against a stand-in
 `systemctl` (it logs what it is asked and answers `show` as a loaded, active, enabled unit) and a release
 root of the test's own. Case 4: no good release on record (state.json moved aside, as its own error message
 advises) and the failed release B is what served: B must be marked failed and the play must say that nothing
@@ -52,7 +52,7 @@ def _rescue(tmp_path: Path, kept: list, reason: str, **rescue_vars: object) -> s
         "gather_facts": False,
         "tasks": [
             {
-                "ansible.builtin.include_role": {"name": "vllm_ops.dflash.dflash_gate", "tasks_from": "rollback"},
+                "ansible.builtin.include_role": {"name": "vllm_ops.dflash.dflash_rollback"},
                 "vars": {"dflash_rollback_reason": reason, **rescue_vars},
             }
         ],
@@ -63,7 +63,7 @@ def _rescue(tmp_path: Path, kept: list, reason: str, **rescue_vars: object) -> s
         "vllm_root": str(tmp_path / "vllm"),
         "vllm_config_dir": str(tmp_path / "etc"),
         "vllm_instance": "t",
-        "dflash_gate_kept_files": kept,
+        "vllm_kept_files": kept,
         # The old rescue restarted and waited for a server that is not there: bounded here.
         "vllm_ready_timeout": 4,
     }

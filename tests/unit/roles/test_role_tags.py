@@ -10,11 +10,12 @@ import yaml
 from ansible_collections.vllm_ops.dflash.plugins.doc_fragments.build import ModuleDocFragment
 
 ROOT = Path(__file__).resolve().parents[3]
-# The tag of each role; tasks_from: rollback is the rollback's own (and always: the rescue must run it).
-TAGS = {"vllm_install": "install", "dflash_config": "config", "vllm_service": "service", "dflash_gate": "gate"}
-TAGS["dflash_monitoring"] = "monitoring"
-TAGS["vllm_prerequisites"] = "prerequisites"
-FILE_TAGS = {("dflash_gate", "rollback.yml"): "rollback"}
+# The tag of each role is its name (a rollback's is dflash_rollback, and always: the rescue must run it); the
+# bare tag it had before 0.2.0 stays on the same tasks until 1.0.0, so `--tags install` keeps working.
+OLD_TAGS = {"vllm_install": "install", "dflash_config": "config", "vllm_service": "service", "dflash_gate": "gate"}
+OLD_TAGS |= {"dflash_monitoring": "monitoring", "vllm_prerequisites": "prerequisites", "dflash_rollback": "rollback"}
+TAGS = {role: role for role in OLD_TAGS}
+FILE_TAGS = {("dflash_gate", "rollback.yml"): "dflash_rollback"}
 TASK_FILES = sorted((ROOT / "roles").glob("*/tasks/*.yml"))
 
 
@@ -28,6 +29,8 @@ def test_every_role_task_carries_its_tag(path):
     role = path.parts[-3]
     tag = FILE_TAGS.get((role, path.name), TAGS[role])
     assert untagged(path, tag) == [], f"{role}/tasks/{path.name}: add tags: [{tag}] to these tasks"
+    old = OLD_TAGS[tag]
+    assert untagged(path, old) == [], f"{role}/tasks/{path.name}: keep the old tag {old} until 1.0.0 on these tasks"
 
 
 def test_the_check_finds_an_untagged_task(tmp_path):

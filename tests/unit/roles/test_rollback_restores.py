@@ -24,6 +24,8 @@ from ansible.template import Templar, trust_as_template
 
 ROOT = Path(__file__).resolve().parents[3]
 GATE = ROOT / "roles" / "dflash_gate"
+ROLLBACK = ROOT / "roles" / "dflash_rollback"
+SHARED = ROOT / "roles" / "vllm"  # vllm_kept_files: the gate keeps them, the rollback restores them
 COLLECTIONS = ROOT / ".cache" / "ac"
 BIN = Path(sys.executable).parent
 
@@ -54,11 +56,11 @@ def _trusted(value):
 
 
 def test_the_kept_files_are_the_config_the_secrets_and_the_unit():
-    variables = _trusted(yaml.safe_load((GATE / "vars" / "main.yml").read_text()))
+    variables = _trusted(yaml.safe_load((SHARED / "vars" / "main.yml").read_text()))
     templar = Templar(
         loader=DataLoader(), variables={"vllm_config_dir": "/etc/vllm", "vllm_instance": "t", **variables}
     )
-    kept = json.loads(templar.template(trust_as_template("{{ dflash_gate_kept_files | to_json }}")))
+    kept = json.loads(templar.template(trust_as_template("{{ vllm_kept_files | to_json }}")))
     assert [(f["path"], f["last_good"]) for f in kept] == [
         ("/etc/vllm/t.yaml", "/etc/vllm/t.yaml.last-good"),
         ("/etc/vllm/t.env", "/etc/vllm/t.env.last-good"),
@@ -128,7 +130,7 @@ def test_the_rollback_restores_config_and_unit_and_asks_the_restored_port(tmp_pa
         "Record the release as good and keep its config, env and unit as the last good ones",
     )
     back = _tasks(
-        GATE / "tasks" / "rollback.yml",
+        ROLLBACK / "tasks" / "main.yml",
         "Find the last good copies to restore",
         "Restore the last good config and unit",
         "Fail when a last good copy was not restored",
@@ -147,13 +149,13 @@ def test_the_rollback_restores_config_and_unit_and_asks_the_restored_port(tmp_pa
         "gather_facts": False,
         # The rescue's rollback (dflash_rollback_reason set, as the deploy's rescue sets it).
         "vars": {
-            "dflash_gate_kept_files": kept,
+            "vllm_kept_files": kept,
             "vllm_instance": "t",
             "vllm_ready_timeout": 4,
-            "dflash_gate_rollback_rescue": True,
+            "dflash_rollback_rescue": True,
             # What the rescue decided before these tasks: a rollback to the last good release.
-            "dflash_gate_rollback_needed": True,
-            "dflash_gate_rollback_to": "aaaaaaaaaaaa-00000000",
+            "dflash_rollback_required": True,
+            "dflash_rollback_target": "aaaaaaaaaaaa-00000000",
         },
     }
     # The gate passed on release R: the one call marks it good and keeps what it served with.

@@ -53,3 +53,14 @@ def test_an_entry_point_may_leave_the_default_and_description_to_main(tmp_path):
         "vllm_root: a main and b server give it different descriptions",
         "vllm_root: a main and b server give it different defaults",
     ]
+
+
+def test_a_renamed_default_is_held_to_its_literal(tmp_path):
+    """`new: "{{ old | default(<literal>) }}"` honours the old name; the literal is the documented default."""
+    spec = {"main": {"options": {"r_new": {"type": "int", "default": 3}, "r_old": {"type": "int"}}}}
+    write_role(tmp_path, "r", spec)
+    (tmp_path / "r" / "defaults").mkdir()
+    (tmp_path / "r" / "defaults" / "main.yml").write_text('r_new: "{{ r_old | default(3) }}"\n')
+    assert check.problems_for(tmp_path / "r") == []
+    (tmp_path / "r" / "defaults" / "main.yml").write_text('r_new: "{{ r_old | default(4) }}"\n')
+    assert check.problems_for(tmp_path / "r") == ["r: r_new default '{{ r_old | default(4) }}' != argument_specs 3"]

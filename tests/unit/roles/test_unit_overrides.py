@@ -26,7 +26,11 @@ def _play(tmp_path: Path, tasks: list, **variables: Any) -> subprocess.Completed
     play = {
         "hosts": "localhost",
         "gather_facts": False,
-        "vars_files": [str(ROLE / "defaults" / "main.yml"), str(ROLE / "vars" / "main.yml")],
+        "vars_files": [
+            str(ROOT / "roles" / "vllm" / "defaults" / "main.yml"),  # the shared vllm_* (a dependency of ROLE)
+            str(ROLE / "defaults" / "main.yml"),
+            str(ROLE / "vars" / "main.yml"),
+        ],
         "tasks": tasks,
     }
     playbook = tmp_path / "play.yml"

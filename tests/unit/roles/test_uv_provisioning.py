@@ -17,7 +17,7 @@ import yaml
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_host import find_installer
 from ansible_collections.vllm_ops.dflash.tests.helpers.tiny_repo import ROOT
 
-DEFAULTS = yaml.safe_load((ROOT / "roles" / "vllm_install" / "defaults" / "main.yml").read_text())
+DEFAULTS = yaml.safe_load((ROOT / "roles" / "vllm" / "defaults" / "main.yml").read_text())
 UV_WHEELHOUSE = ROOT / ".cache" / "wheelhouse-uv"
 
 

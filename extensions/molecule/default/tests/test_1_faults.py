@@ -93,7 +93,7 @@ def test_preflight_refuses_a_sliding_window_drafter_on_a_vllm_without_support(ho
         {
             "vllm_ref": "fault/no-probe",
             "vllm_required_probes": [],
-            "dflash_drafter_config": "/srv/models/sliding.json",
+            "dflash_config_drafter_config": "/srv/models/sliding.json",
         }
     )
     _assert_failed(proc, "sliding")
@@ -173,9 +173,9 @@ def test_preflight_refuses_a_drafter_that_is_not_dflash(host, serving):
         "python3 -c \"import json; c=json.load(open('/srv/models/tiny-dflash/config.json'));"
         " c['architectures']=['Qwen3ForCausalLM']; json.dump(c, open('/srv/models/not-dflash.json','w'))\""
     )
-    # dflash_drafter_config is only what the preflight reads (the drafter the server loads is unchanged, and
+    # dflash_config_drafter_config is only what the preflight reads (the drafter the server loads is unchanged, and
     # so is its record): the look sees nothing to do, so force the full path, which runs the preflight.
-    proc = deploy({"dflash_drafter_config": "/srv/models/not-dflash.json", "dflash_skip_unchanged": False})
+    proc = deploy({"dflash_config_drafter_config": "/srv/models/not-dflash.json", "dflash_skip_unchanged": False})
     _assert_failed(proc, "architectures")
     assert service_pid(host) == serving["pid"]
 

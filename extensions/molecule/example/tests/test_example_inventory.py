@@ -27,7 +27,7 @@ def test_the_service_serves_the_example_release_after_its_gate():
 
 def test_both_models_are_staged_at_the_examples_pins_and_served_from_there():
     target = _snapshot(EXAMPLE["vllm_model"], EXAMPLE["vllm_target_model"]["revision"])
-    drafter = _snapshot(EXAMPLE["dflash_drafter_model"]["repo_id"], EXAMPLE["dflash_drafter_model"]["revision"])
+    drafter = _snapshot(EXAMPLE["vllm_drafter_model"]["repo_id"], EXAMPLE["vllm_drafter_model"]["revision"])
     assert HOST.file(f"{target}/config.json").exists and HOST.file(f"{drafter}/config.json").exists
     serve = yaml.safe_load(HOST.file("/etc/vllm/default.yaml").content_string)
     assert (serve["model"], serve["revision"]) == (target, EXAMPLE["vllm_target_model"]["revision"])
@@ -48,4 +48,4 @@ def test_the_gate_identity_names_the_staged_commits():
     report = json.loads(HOST.file("/var/lib/vllm-gate/default.json").content_string)
     identity = report["identity"]
     assert identity["target_revision"] == EXAMPLE["vllm_target_model"]["revision"]
-    assert identity["drafter_revision"] == EXAMPLE["dflash_drafter_model"]["revision"]
+    assert identity["drafter_revision"] == EXAMPLE["vllm_drafter_model"]["revision"]

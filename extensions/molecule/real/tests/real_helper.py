@@ -16,7 +16,7 @@ AGREEING = {"method": "draft_model", "model": TARGET, "num_speculative_tokens": 
 RANDOM_DFLASH = {"method": "dflash", "model": "/srv/models/tiny-qwen3-dflash", "num_speculative_tokens": 7}
 RANDOM_DFLASH_VARS = {
     "vllm_speculative_config": RANDOM_DFLASH,
-    "dflash_drafter_config": "/srv/models/tiny-qwen3-dflash/config.json",
+    "dflash_config_drafter_config": "/srv/models/tiny-qwen3-dflash/config.json",
 }
 
 

@@ -898,7 +898,7 @@ def test_probe_survives_rewrapping(name: str, version: str) -> None:
 
 
 def test_probe_data_covers_the_default_questions() -> None:
-    assert PROBES["dflash_capability_probes"] == DEFAULT_CAPABILITY_PROBES
+    assert PROBES["dflash_config_capability_probes"] == DEFAULT_CAPABILITY_PROBES
     assert set(PROBE_BY_NAME) == set(DEFAULT_CAPABILITY_PROBES.values()) == set(EXPECTED_MATCHES)
 
 

@@ -709,7 +709,7 @@ def test_the_rescue_swap_keeps_the_last_good_release_good(host):
     assert dict(statuses(back))[name_of(1)] == "good" and back["last_good"] == name_of(1)
     act(host, "activate", release=name_of(3))
     assert act(host, "status")["last_good"] == name_of(1)
-    rollback = Path(__file__).resolve().parents[4] / "roles/dflash_gate/tasks/rollback.yml"
+    rollback = Path(__file__).resolve().parents[4] / "roles/dflash_rollback/tasks/main.yml"
     (wrapper,) = yaml.safe_load(rollback.read_text())  # the file's one block (its tags and module_defaults)
     tasks = wrapper["block"]
     block = next(t for t in tasks if t.get("name") == "Roll back to the last good release")["block"]

@@ -7,6 +7,7 @@ interface to ``ZipFile``. Only the read interface is implemented.
 Based on: https://gist.github.com/lyssdod/f51579ae8d93c8657a5564aefc2ffbca
 ELF header: https://refspecs.linuxfoundation.org/elf/gabi4+/ch4.eheader.html
 """
+# pylint: disable=disallowed-name  # upstream's code, unchanged (ansible-test's pylint; see _vendor/__init__.py)
 
 from __future__ import annotations
 

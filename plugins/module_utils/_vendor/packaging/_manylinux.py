@@ -1,3 +1,4 @@
+# pylint: disable=disallowed-name  # upstream's code, unchanged (ansible-test's pylint; see _vendor/__init__.py)
 from __future__ import annotations
 
 import collections

@@ -3,6 +3,7 @@
 This module implements logic to detect if the currently running Python is
 linked against musl, and what musl version is used.
 """
+# pylint: disable=subprocess-run-check  # upstream's code, unchanged (ansible-test's pylint; see _vendor/__init__.py)
 
 from __future__ import annotations
 

@@ -1,3 +1,4 @@
+# pylint: disable=disallowed-name,self-assigning-variable  # upstream's code, unchanged (ansible-test's pylint; see _vendor/__init__.py)
 # This file is dual licensed under the terms of the Apache License, Version
 # 2.0, and the BSD License. See the LICENSE file in the root of this repository
 # for complete details.

@@ -1,10 +1,11 @@
 """The playbooks' own variables (issue 27 item 4): one spec, one table, and a check at the start of each playbook.
 
 A dflash_*/vllm_* variable that a playbook reads and that neither the playbook itself nor a role defines
-(an option of some entry point's meta/argument_specs.yml, a fact a role sets, or a variable of its vars/) is one of the playbook's own
-variables: it must be in playbooks/vars/argument_specs.yml under that playbook's entry point, and in
-docs/variables.md with the same default. The names are read from the Jinja of the playbooks (parsed, not
-grepped), so a variable only mentioned in a message does not count and one read as hostvars[h].x does.
+(an option of some entry point's meta/argument_specs.yml, a fact a role sets, or a variable of its vars/) is
+one of the playbook's own variables: it must be in playbooks/vars/argument_specs.yml under that playbook's
+entry point, and in docs/variables.md with the same default. The names are read from the Jinja of the
+playbooks (parsed, not grepped), so a variable only mentioned in a message does not count and one read as
+hostvars[h].x does.
 """
 
 from __future__ import annotations

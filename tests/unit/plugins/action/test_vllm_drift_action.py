@@ -117,7 +117,8 @@ def test_the_look_sends_what_the_roles_expected_files_send(look):
     [(module, args)] = calls
     assert module == "vllm_ops.dflash.vllm_drift"
     # the same files (same bytes: the same sha256 and input_sha256), modes, owners and records
-    assert [item["path"] for item in args["files"]] == ["/etc/vllm/chat.yaml", "/etc/vllm/chat.env", "/etc/systemd/system/vllm-chat.service"]
+    paths = ["/etc/vllm/chat.yaml", "/etc/vllm/chat.env", "/etc/systemd/system/vllm-chat.service"]
+    assert [item["path"] for item in args["files"]] == paths
     assert args["files"] == config["files"] + service["files"]
     assert task_vars["vllm_drift_recorded_inputs"] == config["input_records"]
     assert task_vars["vllm_drift_unit"] == service["unit"]
@@ -153,7 +154,7 @@ def test_given_files_are_kept_and_without_templates_it_is_the_module():
 
 def test_a_template_the_role_does_not_have_fails_before_the_host_is_asked():
     plugin, calls = action({"templates": [{"role": "dflash_config", "src": "nope.j2", "path": "/etc/x"}]}, {})
-    with pytest.raises(AnsibleActionFail, match="nope.j2"):
+    with pytest.raises(AnsibleActionFail, match=r"nope\.j2"):
         plugin.run(task_vars={})
     plugin, calls = action({"templates": [{"role": "no_such_role", "src": "a.j2", "path": "/etc/x"}]}, {})
     with pytest.raises(AnsibleActionFail, match="no_such_role"):

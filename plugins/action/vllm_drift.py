@@ -27,6 +27,7 @@ MODULE = "vllm_ops.dflash.vllm_drift"
 # This collection's roles, whose templates/ an item names with `role` (plugins/action/ -> the collection).
 ROLES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "roles")
 
+
 def sha256_text(text: str) -> str:
     """The sha256 the `hash('sha256')` filter gives a rendered template (its UTF-8 bytes)."""
     return hashlib.sha256(to_bytes(text, errors="surrogate_or_strict")).hexdigest()

@@ -28,6 +28,7 @@ __all__ = [
     "PYTHON",
     "ROOT",
     "ROOT_ARGS",
+    "TEMPLATES_ARGS",
 ]
 
 ROOT = "/opt/vllm"
@@ -53,3 +54,23 @@ INSTALLER_ARGS: Spec = {
 KEEP_RELEASES_ARGS: Spec = {"keep_releases": {"type": "int", "default": KEEP_RELEASES}}
 # The most the root may hold (vllm_build, vllm_release prune): the oldest caches, mirrors, wheels and releases go.
 DISK_BUDGET_ARGS: Spec = {"disk_budget_gb": {"type": "float", "default": DISK_BUDGET_GB}}
+# The templates of vllm_drift's look: rendered and hashed by its action plugin on the controller (the module
+# alone refuses them), so the action and the module's docs read one spec.
+TEMPLATES_ARGS: Spec = {
+    "templates": {
+        "type": "list",
+        "elements": "dict",
+        "default": [],
+        "options": {
+            "src": {"type": "str", "required": True},
+            "role": {"type": "str"},
+            "path": {"type": "path", "required": True},
+            "vars": {"type": "dict", "default": {}},
+            "mode": {"type": "str"},
+            "owner": {"type": "str"},
+            "group": {"type": "str"},
+            "input_extra": {"type": "str", "default": ""},
+            "input_record": {"type": "path"},
+        },
+    }
+}

@@ -70,13 +70,6 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_release imp
 )
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_result import exists, result
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_status import STATUS_NAME, StatusFile
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._builder import (
-    Builder,
-    BuilderOptions,
-    no_space_hint,
-    note,
-    single_wheel,
-)
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import linked_out, redact_url
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._deadline import Deadline
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._git import (
@@ -190,6 +183,8 @@ def build(opts: BuildOptions, check_mode: bool = False) -> Dict[str, Any]:
         if isinstance(exc, (BuildError, GitError, PrecompiledError)):
             cause = BuildError(status.scrub(str(exc)))
         elif isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            from ansible_collections.vllm_ops.dflash.plugins.module_utils._builder import no_space_hint
+
             cause = BuildError(f"{exc}{no_space_hint(opts.root, str(exc))}")
         status.stage("failed", (str(cause).splitlines() or [type(exc).__name__])[0][:300])
         if cause is not exc:
@@ -304,6 +299,8 @@ def _resolve_and_build(opts: BuildOptions, check_mode: bool, started: float, sta
         # manifest is built beside and swapped in.
         paths = Paths(opts.root, plan.name, status.data.get("log_path"), staging=builds_beside(opts.root, plan.name))
         status.update(release_name=plan.name, commit=plan.commit, log_path=paths.log)
+        from ansible_collections.vllm_ops.dflash.plugins.module_utils._builder import Builder, BuilderOptions
+
         disk = fit_before_build(opts, plan.name, check_mode=False, keep=[mirror])  # fails before the attempt
         builder = Builder(BuilderOptions.of(opts), paths, deadline, installer, python, status, plan.added_env)
         manifest = make_release(opts, builder, plan)
@@ -329,6 +326,9 @@ def _plan(
 
     The plan's `existing` is the manifest when the decided release turns out to exist already.
     """
+    # The builder only here, under the lock of a real build: never in vllm_drift's check-mode look.
+    from ansible_collections.vllm_ops.dflash.plugins.module_utils._builder import note, single_wheel
+
     commit = resolution.commit or ""
     decision = None if needs_mirror(opts) else decide_for(opts, inputs)
     need_source = not opts.wheel

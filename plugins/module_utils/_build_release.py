@@ -18,7 +18,7 @@ import json
 import os
 import sys
 import time
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_options import (
     BuildError,
@@ -27,12 +27,6 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_options imp
     canonical_package,
 )
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_paths import STAGING_PREFIX, Paths, relocate_venv
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._builder import (
-    TAIL_LINES,
-    Builder,
-    no_space_hint,
-    single_wheel,
-)
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import (
     redact_url,
     remove_tree_within,
@@ -72,6 +66,11 @@ __all__ = [
 ]
 
 MANIFEST_SCHEMA = 1
+
+# The builder (and the build backends, wheel overlay and tags it imports) only where a release is made: vllm_drift's
+# look runs this in check mode on every host and never builds (issue 30: its imports were most of its host CPU).
+if TYPE_CHECKING:
+    from ansible_collections.vllm_ops.dflash.plugins.module_utils._builder import Builder
 
 
 def inputs_hash(inputs: Mapping[str, Any]) -> str:
@@ -171,6 +170,8 @@ def named(commit: str, inputs: Mapping[str, Any], use_precompiled: bool) -> Tupl
 
 
 def failure_message(cause: str, log_path: str) -> str:
+    from ansible_collections.vllm_ops.dflash.plugins.module_utils._builder import TAIL_LINES
+
     return (
         f"{cause}. The release was not created and `current` is unchanged. "
         f"Full log: {log_path}\n--- last lines of the log ---\n{tail(log_path, TAIL_LINES)}"
@@ -233,6 +234,8 @@ def swap_in(paths: Paths) -> None:
 
 
 def make_release(opts: BuildOptions, builder: Builder, plan: Plan) -> Dict[str, Any]:
+    from ansible_collections.vllm_ops.dflash.plugins.module_utils._builder import single_wheel
+
     paths = builder.paths
     status = builder.status
     started = time.monotonic()
@@ -345,6 +348,8 @@ def discard_attempt(root: str, builder: Builder, exc: BaseException) -> None:
     """After a failed attempt: remove the half release (never what serves) and the build directory, and raise
     the BuildError that names the log; returns (the caller re-raises) for what is no build failure (an
     interrupt)."""
+    from ansible_collections.vllm_ops.dflash.plugins.module_utils._builder import no_space_hint
+
     paths = builder.paths
     if paths.release != paths.final:
         remove_tree_within(root, paths.release)  # the serving directory stays as it was

@@ -28,7 +28,7 @@ import os
 import platform
 import re
 import zipfile
-from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 from urllib.parse import unquote
 from urllib.request import build_opener
 
@@ -41,14 +41,6 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._git import (
     resolve_commit,
 )
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._releases import RELEASES_DIR, manifest_path
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._vendor.packaging.tags import Tag
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._wheel_compat import (
-    InvalidWheelFilename,
-    host_libc,
-    parse_wheel_filename,
-    platform_fits,
-    python_fits,
-)
 
 __all__ = [
     "COMPILED_PATHS",
@@ -128,6 +120,11 @@ BASE_REF_PREFIX = "refs/vllm-ops/precompiled-base/"
 _COMMIT_ID = re.compile(r"""^__commit_id__\s*=\s*(?:commit_id\s*=\s*)?['"]g?([0-9a-f]{7,40})['"]""", re.MULTILINE)
 _LOCAL_COMMIT = re.compile(r"(?:^|\.)g([0-9a-f]{7,40})(?:\.|$)")
 _RELEASE = re.compile(r"\d+(?:\.\d+)*")
+
+# packaging's tags (through _wheel_compat) only where a base wheel is read: a release that is built already, the
+# look's question, names none (issue 30: vllm_drift's imports were most of its host CPU).
+if TYPE_CHECKING:
+    from ansible_collections.vllm_ops.dflash.plugins.module_utils._vendor.packaging.tags import Tag
 
 
 class PrecompiledError(Exception):
@@ -252,6 +249,11 @@ class WheelInfo:
 
 def wheel_info(location: str) -> WheelInfo:
     """Read a base wheel: the name of a URL, the name and contents of a file (stdlib zipfile only)."""
+    from ansible_collections.vllm_ops.dflash.plugins.module_utils._wheel_compat import (
+        InvalidWheelFilename,
+        parse_wheel_filename,
+    )
+
     name = unquote(os.path.basename(location.split("?", 1)[0].split("#", 1)[0]))
     try:
         tags = parse_wheel_filename(name)[3]
@@ -296,12 +298,16 @@ def wheel_python(info: WheelInfo) -> str:
 
 def host_platform(machine: str) -> str:
     """This host as the platform tags see it, for a message: `linux x86_64 with glibc 2.35`."""
+    from ansible_collections.vllm_ops.dflash.plugins.module_utils._wheel_compat import host_libc
+
     libc = host_libc()
     return f"linux {machine}" + (f" with {libc}" if libc else "")
 
 
 def check_wheel(info: WheelInfo, python_version: Optional[str], machine: Optional[str] = None) -> None:
     """Refuse a base wheel the build cannot use: not a vLLM wheel, or for another Python or platform."""
+    from ansible_collections.vllm_ops.dflash.plugins.module_utils._wheel_compat import platform_fits, python_fits
+
     fix = "Fix: give precompiled_wheel the path or URL of a vLLM wheel"
     if info.problem:
         raise PrecompiledError(f"precompiled_wheel {redact_url(info.location)!r} {info.problem}. {fix}")

@@ -21,7 +21,7 @@ import re
 import shutil
 import subprocess
 import time
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple
 
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_host import (
     cache_env,
@@ -53,7 +53,6 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_release imp
 )
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_result import result as build_result
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_status import StatusFile
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._builder import Builder, BuilderOptions
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import (
     redact_url,
     remove_tree_within,
@@ -70,7 +69,6 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._precompiled impor
     wheel_python,
 )
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._releases import release_path, remove_hidden_first
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._wheel_compat import platform_fits, python_fits
 
 __all__ = ["SOURCE", "commit_of_version_file", "describe_index", "driver_cuda", "install_release", "not_on_index"]
 
@@ -89,6 +87,10 @@ _VERSION_COMMIT = re.compile(r"\+(?:.*\.)?g([0-9a-f]{7,40})(?:\.|$)")
 _VARIANT = re.compile(r"^(cu[0-9]+|cpu|rocm[0-9.]+|xpu)$")
 _CUDA_VARIANT = re.compile(r"cu([0-9]+)([0-9])")  # cu128 -> CUDA 12.8, cu130 -> 13.0
 _DRIVER_CUDA = re.compile(r"CUDA Version:\s*([0-9]+)\.([0-9]+)")  # nvidia-smi's header
+
+# The builder only where a release is installed, not in vllm_drift's check-mode look (_build_release says why).
+if TYPE_CHECKING:
+    from ansible_collections.vllm_ops.dflash.plugins.module_utils._builder import Builder
 
 
 def describe_index(opts: BuildOptions) -> str:
@@ -151,6 +153,9 @@ def commit_of_version_file(text: str, version: str) -> Tuple[Optional[str], Opti
 def _check_wheel(opts: BuildOptions, python_version: str) -> None:
     """A given wheel must be this release: the package and version asked for, for this Python and machine,
     and, with a torch_backend, of that variant. Refused before anything is written."""
+    # packaging's tags only for a given wheel (_precompiled says why)
+    from ansible_collections.vllm_ops.dflash.plugins.module_utils._wheel_compat import platform_fits, python_fits
+
     wheel = opts.wheel or ""
     info = wheel_info(wheel)
     name = os.path.basename(wheel)
@@ -395,6 +400,8 @@ def install_release(opts: BuildOptions, check_mode: bool, started: float, status
         status.update(release_name=name, log_path=paths.log)
         user = dict(os.environ, **opts.build_env)
         added_env = cache_env(opts.root, installer.name, user)
+        from ansible_collections.vllm_ops.dflash.plugins.module_utils._builder import Builder, BuilderOptions
+
         disk = fit_before_build(opts, name, check_mode=False)  # fails before the attempt
         builder = Builder(BuilderOptions.of(opts), paths, deadline, installer, python, status, added_env)
         manifest = _make(opts, builder, name, digest, inputs)

@@ -73,6 +73,53 @@ options:
             "sha256"}). A missing or unreadable record proves nothing (the file differs unless O(files[].sha256)
             matches).
         type: path
+  templates:
+    description:
+      - Templates of this collection's roles a deploy would write, rendered on the controller by this module's
+        action plugin with the same lookup as C(lookup('ansible.builtin.template', src, template_vars=vars)) and
+        added to O(files) as their sha256 - the content never leaves the controller (the environment file
+        holds secrets). One task instead of a render task per file and role, for a fleet's look.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      src:
+        description: The template's file name, in the C(templates/) of O(templates[].role).
+        type: str
+        required: true
+      role:
+        description:
+          - A role of this collection (V(dflash_config), V(vllm_service)) whose C(templates/) holds O(templates[].src),
+            searched first, as in that role's own tasks. Without it the task's own search path.
+        type: str
+      path:
+        description: Absolute path on the host the role writes the rendered template to (O(files[].path)).
+        type: path
+        required: true
+      vars:
+        description: Variables for this template only, as the lookup's C(template_vars).
+        type: dict
+        default: {}
+      mode:
+        description: Octal mode the deploy would set (O(files[].mode)).
+        type: str
+      owner:
+        description: Owner the deploy would set (O(files[].owner)).
+        type: str
+      group:
+        description: Group the deploy would set (O(files[].group)).
+        type: str
+      input_extra:
+        description:
+          - With O(templates[].input_record) - text appended to the render for O(files[].input_sha256), the input's
+            part that is not in the render (a drafter config given as a dict).
+        type: str
+        default: ""
+      input_record:
+        description:
+          - The host's record of which input gave the file (O(files[].input_record)); O(files[].input_sha256) is
+            then the sha256 of the render and O(templates[].input_extra).
+        type: path
   recorded_inputs:
     description:
       - JSON records a deploy wrote on the host, each an object whose C(files) maps a path to its sha256 - for
@@ -181,6 +228,7 @@ healthy:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._args import TEMPLATES_ARGS
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build import (
     BUILD_ARGUMENT_SPEC,
     BuildError,
@@ -214,6 +262,7 @@ def main() -> None:
                     "input_record": {"type": "path"},
                 },
             },
+            **TEMPLATES_ARGS,
             "health_url": {"type": "str"},
             "recorded_inputs": {"type": "list", "elements": "path", "default": []},
             "unit": {"type": "str"},
@@ -225,6 +274,11 @@ def main() -> None:
     )
     params = module.params
     module.no_log_values.update(url_secrets(params))
+    if params["templates"]:
+        module.fail_json(
+            msg="templates are rendered on the controller by vllm_drift's action plugin, which this call did not "
+            "go through (the module alone takes files: their sha256); call vllm_ops.dflash.vllm_drift as a task"
+        )
     try:
         files = [FileExpectation.from_dict(item) for item in params["files"]]
         result = detect_drift(

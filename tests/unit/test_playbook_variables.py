@@ -1,10 +1,11 @@
 """The playbooks' own variables (issue 27 item 4): one spec, one table, and a check at the start of each playbook.
 
 A dflash_*/vllm_* variable that a playbook reads and that neither the playbook itself nor a role defines
-(an option of some entry point's meta/argument_specs.yml, or a fact a role sets) is one of the playbook's own
-variables: it must be in playbooks/vars/argument_specs.yml under that playbook's entry point, and in
-docs/variables.md with the same default. The names are read from the Jinja of the playbooks (parsed, not
-grepped), so a variable only mentioned in a message does not count and one read as hostvars[h].x does.
+(an option of some entry point's meta/argument_specs.yml, a fact a role sets, or a variable of its vars/) is
+one of the playbook's own variables: it must be in playbooks/vars/argument_specs.yml under that playbook's
+entry point, and in docs/variables.md with the same default. The names are read from the Jinja of the
+playbooks (parsed, not grepped), so a variable only mentioned in a message does not count and one read as
+hostvars[h].x does.
 """
 
 from __future__ import annotations
@@ -91,7 +92,8 @@ def defined_by(items: list[dict]) -> set[str]:
 
 
 def role_names(root: Path = ROOT) -> set[str]:
-    """Every option of every role entry point, and every fact a role sets (its outputs)."""
+    """Every option of every role entry point, every fact a role sets (its outputs), and every variable of a role's
+    vars/ (the deploy's look reads the roles' derived paths and speculative input for its templates)."""
     found: set[str] = set()
     for specs in (root / "roles").glob("*/meta/argument_specs.yml"):
         for entry in yaml.safe_load(specs.read_text())["argument_specs"].values():
@@ -99,6 +101,8 @@ def role_names(root: Path = ROOT) -> set[str]:
     for task_file in (root / "roles").glob("*/tasks/*.yml"):
         items = tasks_of(yaml.safe_load(task_file.read_text()))
         found |= {key for item in items for fact in SET_FACT if isinstance(item.get(fact), dict) for key in item[fact]}
+    for role_vars in (root / "roles").glob("*/vars/*.yml"):
+        found |= set(yaml.safe_load(role_vars.read_text()) or {})
     return found
 
 

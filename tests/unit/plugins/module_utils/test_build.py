@@ -108,7 +108,7 @@ def test_rerun_is_a_no_op_without_any_build_step(tiny, fleet, pip_args, monkeypa
     def no_build(*args, **kwargs):
         raise AssertionError("a re-run must not start a build")
 
-    monkeypatch.setattr(_build, "Builder", no_build)
+    monkeypatch.setattr(_builder, "Builder", no_build)  # imported where a build starts
     monkeypatch.setattr(_build, "ensure_mirror", no_build)
     monkeypatch.setattr(_build_decision, "ensure_mirror", no_build)
     logs = sorted(os.listdir(root / "logs"))

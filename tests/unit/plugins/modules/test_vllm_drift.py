@@ -64,3 +64,12 @@ def test_a_render_record_needs_its_input_and_path(tiny, tmp_path):
     result = run_module(tmp_path, repo=str(repo), ref="main", root=str(tmp_path / "root"), files=files)
     assert result["failed"] is True
     assert "needs both input_sha256 and input_record" in result["msg"]
+
+
+def test_templates_need_the_action_plugin(tiny, tmp_path):
+    """Without the controller's render there is no sha256 to compare: refused, not taken as "no files"."""
+    repo = tiny[0]
+    templates = [{"role": "dflash_config", "src": "serve.env.j2", "path": "/etc/vllm/default.env"}]
+    result = run_module(tmp_path, repo=str(repo), ref="main", root=str(tmp_path / "root"), templates=templates)
+    assert result["failed"] is True
+    assert "action plugin" in result["msg"]

@@ -195,7 +195,7 @@ class Budget:
     def take(self, parts: Iterable[Part]) -> None:
         """Choose `parts` (a release takes its wheels along: the release prune removes both), each freeing what
         no part left still links."""
-        taken = {part.path for part, _ in self.chosen}
+        taken = {part.path for part, _freed in self.chosen}
         for part in parts:
             wheels = self._wheels.get(part.release) if part.kind == "release" else None
             for one in [part] + ([wheels] if wheels is not None else []):
@@ -211,7 +211,7 @@ class Budget:
 
     @property
     def left(self) -> int:
-        return self.usage.used - sum(freed for _, freed in self.chosen)
+        return self.usage.used - sum(freed for _part, freed in self.chosen)
 
     @property
     def fits(self) -> bool:
@@ -221,7 +221,7 @@ class Budget:
     def releases(self) -> List[str]:
         """The releases to free beyond those `gone`: the release prune's `drop`."""
         return [
-            str(part.release) for part, _ in self.chosen if part.kind == "release" and part.release not in self.gone
+            str(part.release) for part, _size in self.chosen if part.kind == "release" and part.release not in self.gone
         ]
 
     def check(self, what: str) -> None:
@@ -249,7 +249,7 @@ class Budget:
         """Remove the chosen parts that are not releases (the caller's release prune removes those with
         their wheels: run it with `drop=releases` first)."""
         dropped = set(self.releases) | self.gone
-        for part, _ in self.chosen:
+        for part, _freed in self.chosen:
             if part.kind == "release" or (part.kind == "wheels" and part.release in dropped):
                 continue
             remove_hidden_first(part.path)  # a rename first: no half cache or mirror is ever seen

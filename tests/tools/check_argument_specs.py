@@ -254,7 +254,7 @@ def entry_point_problems(roles: Path = ROLES) -> list[str]:
             reads -= inherited - documented
             # main documents every default (problems_for), read by main or only by another entry point
             defaults = _defaults(role) if entry == "main" else {}
-            old_names = {old for value in defaults.values() for old, _ in [renamed(value) or (None, None)] if old}
+            old_names = {old for value in defaults.values() for old, _new in [renamed(value) or (None, None)] if old}
             unread = documented - reads - set(defaults) - old_names
             found += [
                 f"{role.name} {entry}: reads {name}, which its argument_specs do not document"

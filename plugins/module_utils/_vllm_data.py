@@ -11,6 +11,9 @@ on that release's PyPI wheel (tests/unit/data/capabilities/<release>.json, captu
 tests/tools/vllm_data_entry.py prints an entry, a unit test keeps them equal). ``registered_architectures``
 holds only the architectures a DFlash drafter can load as (``draft_architectures``).
 
+``CPU_VARIANTS`` is vLLM's rule for which per-ISA copy of ``vllm._C`` its CPU build loads (what ``vllm_facts``
+loads in the release venv).
+
 Standard library only: this runs on the target's system Python.
 
 Over 600 lines because it is data: one entry per vLLM release, growing with each (no logic to split).

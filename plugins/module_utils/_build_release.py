@@ -35,6 +35,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import (
     write_json_atomic,
 )
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._deadline import CommandInterrupted, Deadline, tail
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._dependency_plan import settle
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._disk_budget import BudgetError, apply, plan
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._git import GitError, Resolution
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._lock import LockTimeout, host_lock
@@ -332,8 +333,17 @@ def _python_only(opts: BuildOptions, builder: Builder, plan: Plan) -> Optional[D
         return None
     builder.status.stage("install", f"python-only bump of {plan.commit[:12]} from an earlier release")
     started = time.monotonic()
+    if builder.installer.name != "uv":
+        # pip compiles bytecode that its RECORD lists (the bump links no __pycache__) and marks only what was
+        # asked for as REQUESTED (the bump's pinned dependencies would differ): the normal build.
+        reason = "the installer is pip: the python-only bump is made with uv (installer: uv or auto)"
+        builder.note(f"python-only bump not used ({reason}): the normal build")
+        return {"used": False, "reason": reason, "files_changed": None, "seconds": 0.0}
     try:
-        return build_from_earlier(opts.root, plan.digest, plan.commit, plan.mirror, "vllm", builder.paths, builder.note)
+        return build_from_earlier(
+            opts.root, plan.digest, plan.commit, plan.mirror, "vllm", builder.paths, builder.note,
+            lambda venv, wheel, version: settle(builder, venv, wheel, "vllm", version),
+        )  # fmt: skip
     except Refused as exc:
         builder.note(f"python-only bump not used ({exc}): the normal build")
         return {

@@ -136,8 +136,14 @@ class Builder:
         note(self.paths.log, self.status.scrub(text))
 
     def step(
-        self, what: str, argv: List[str], cwd: Optional[str] = None, env: Optional[Mapping[str, str]] = None
+        self,
+        what: str,
+        argv: List[str],
+        cwd: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        capture: bool = False,
     ) -> CommandResult:
+        """Run one command of the build; `capture`: its output kept in the result too (then logged after it)."""
         os.makedirs(self.paths.tmp, exist_ok=True)
         if self.netrc_text and not os.path.exists(self.netrc):  # the build directory is made (again) here
             with os.fdopen(os.open(self.netrc, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as handle:
@@ -146,13 +152,17 @@ class Builder:
             result = run_command(
                 argv,
                 self.deadline.remaining(),
-                log_path=self.paths.log,
+                log_path=None if capture else self.paths.log,
                 env=dict(env or self.env),
                 cwd=cwd,
                 grace=KILL_GRACE,
                 tail_lines=TAIL_LINES,
                 progress=self.status.tick,
             )
+            if capture:
+                self.note(
+                    f"$ {result.command}: exit {result.rc} after {result.elapsed:.1f}s\n{result.stdout}{result.stderr}"
+                )
         finally:
             _scrub_file(self.paths.log, self.secrets)  # a tool may echo a secret it was given
         if result.timed_out:

@@ -28,6 +28,11 @@ COMMANDS: Dict[str, Dict[str, Tuple[str, ...]]] = {
         "wheel": ("{uv}", "build", "--wheel", "--python", "{venv_python}", "--out-dir", "{dist}", "{no_isolation}"),
         "install": ("{uv}", "pip", "install", "--python", "{venv_python}"),
         "reinstall": ("{uv}", "pip", "install", "--python", "{venv_python}", "--reinstall", "--no-deps"),
+        # The python-only bump's dependencies (_dependency_plan; uv only): what a fresh install would get (its
+        # plan, " + name==version", on stderr), exact pins over what is installed, and removals.
+        "dry_run": ("{uv}", "pip", "install", "--python", "{venv_python}", "--dry-run"),
+        "pinned": ("{uv}", "pip", "install", "--python", "{venv_python}", "--no-deps"),
+        "uninstall": ("{uv}", "pip", "uninstall", "--python", "{venv_python}"),
     },
 }
 FLAGS = {"system_site_packages": "--system-site-packages", "no_isolation": "--no-build-isolation"}

@@ -5,8 +5,10 @@ without running vLLM's setup.py, when the diff between the two commits changes P
 
 The earlier release's venv is hard-linked to the new path (its scripts, activate files and pyvenv.cfg
 relocated: rewritten, never written through a link), the package's changed files written from git, its
-`_version.py`, dist-info (renamed, METADATA's version), RECORD and direct_url.json rewritten. The fleet's
-wheel is the earlier wheel's members copied raw, the changed ones replaced. What setup.py would produce
+`_version.py`, dist-info (renamed, METADATA's version), RECORD and direct_url.json rewritten, and the
+third-party dependencies made what a fresh install gets now (`settle`, _dependency_plan: the index may have
+moved since the earlier release). The fleet's wheel is the earlier wheel's members copied raw, the changed
+ones replaced. What setup.py would produce
 otherwise is matched exactly: the version by setuptools-scm's default scheme (git describe, guess-next-dev,
 node-and-date) plus the earlier build's own suffix (vLLM's `+precompiled`), checked first to reproduce the
 earlier release's version; a changed file must be in the earlier wheel as its commit's git blob (a file
@@ -40,7 +42,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._precompiled impor
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._releases import RELEASES_DIR, release_path
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._wheel_overlay import copy_raw
 
-__all__ = ["MODES", "Refused", "build_from_earlier"]
+__all__ = ["MODES", "Refused", "build_from_earlier", "site_packages"]
 
 MODES = ("auto", "never")
 # Paths outside the package that no wheel member comes from (README.md is METADATA's long description).
@@ -271,7 +273,7 @@ def _write_wheel(
     return rows
 
 
-def _site_packages(venv: str) -> str:
+def site_packages(venv: str) -> str:
     lib = os.path.join(venv, "lib")
     found = [os.path.join(lib, d, "site-packages") for d in os.listdir(lib) if d.startswith("python")]
     found = [d for d in found if os.path.isdir(d)]
@@ -327,12 +329,25 @@ def verify_record(site: str, dist_info: str) -> int:
     return checked
 
 
+# settle(venv, wheel, version): the venv given the dependencies a fresh install of the wheel gets now
+# (_dependency_plan.settle through the build's installer); its record, or Refused.
+Settle = Callable[[str, str, str], Dict[str, Any]]
+
+
 def build_from_earlier(
-    root: str, digest: str, commit: str, mirror: str, package: str, paths: Paths, note: Callable[[str], None]
+    root: str,
+    digest: str,
+    commit: str,
+    mirror: str,
+    package: str,
+    paths: Paths,
+    note: Callable[[str], None],
+    settle: Settle,
 ) -> Dict[str, Any]:
     """Make the release of `paths` (venv + the wheel in wheels/<name>/) from an earlier release, or raise
     Refused with every candidate's reason (nothing of the attempt left behind). Returns the python_only
-    result: used, reason, files_changed, seconds, from (the earlier release), wheel, wheel_sha256."""
+    result: used, reason, files_changed, seconds, from (the earlier release), dependencies (what `settle`
+    changed), wheel, wheel_sha256."""
     started = time.monotonic()
     found = candidates(root, digest, commit)
     if not found:
@@ -340,10 +355,12 @@ def build_from_earlier(
     reasons = []
     for earlier in found:
         try:
-            done = _from(earlier, commit, mirror, package, paths, note)
-        except (Refused, OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
+            done = _from(earlier, commit, mirror, package, paths, note, settle)
+        except BaseException as exc:
             for path in (paths.venv, paths.wheels):
                 shutil.rmtree(path, ignore_errors=True)
+            if not isinstance(exc, (Refused, OSError, ValueError, KeyError, zipfile.BadZipFile)):
+                raise  # the deadline, an interrupt: no other candidate, and no half wheel left for a later run
             reasons.append(f"from {earlier.name}: {exc}")
             note(f"python-only bump refused {reasons[-1]}")
             continue
@@ -352,10 +369,12 @@ def build_from_earlier(
     raise Refused("; ".join(reasons))
 
 
-def _from(earlier: Earlier, commit: str, mirror: str, package: str, paths: Paths, note: Callable[[str], None]) -> Dict:
+def _from(
+    earlier: Earlier, commit: str, mirror: str, package: str, paths: Paths, note: Callable[[str], None], settle: Settle
+) -> Dict:
     if not os.path.isfile(earlier.wheel) or sha256_file(earlier.wheel) != earlier.wheel_sha:
         raise Refused(f"its wheel {earlier.wheel} is missing or not the one it installed")
-    site = _site_packages(earlier.venv)
+    site = site_packages(earlier.venv)
     with zipfile.ZipFile(earlier.wheel) as archive:
         members = {info.filename: info for info in archive.infolist()}
         parts = os.path.basename(earlier.wheel).split("-")
@@ -402,6 +421,7 @@ def _from(earlier: Earlier, commit: str, mirror: str, package: str, paths: Paths
     rows = _install_dist_info(
         site, new_site, old_dist, new_info, old_info, wheel_rows, written, diff, (wheel, wheel_sha)
     )
+    dependencies = settle(paths.venv, wheel, new_version)
     checked = verify_record(new_site, new_info)
     note(f"python-only bump: {linked} files hard-linked from {earlier.name}; {checked} files of {new_info} "
          f"match its RECORD ({rows} lines)")  # fmt: skip
@@ -411,6 +431,7 @@ def _from(earlier: Earlier, commit: str, mirror: str, package: str, paths: Paths
         f"files of {package}/ or outside the wheel: built from that release without setup.py",
         "files_changed": len(diff.paths),
         "from": earlier.name,
+        "dependencies": dependencies,
         "wheel": wheel,
         "wheel_sha256": wheel_sha,
     }

@@ -63,8 +63,11 @@ options:
         same inputs on this host changes only Python files of the package (nothing under vLLM's compiled or
         dependency paths) from that release, without running vLLM's setup.py - its venv hard-linked, the changed
         files, C(_version.py), dist-info, RECORD and C(direct_url.json) written, every RECORD hash verified, and
-        the wheel assembled from the earlier wheel's members. The same installed files as the normal build, in
-        a fraction of its time; anything it cannot prove falls back to the normal build (RV(python_only), its reason).
+        the wheel assembled from the earlier wheel's members. Its third-party dependencies are what a fresh
+        install gets now (uv's dry run into an empty venv; the versions that moved since the earlier release are
+        installed). Made with uv only (with pip the normal build runs). The same installed files as the
+        normal build, in a fraction of its time; anything it cannot prove falls back to the normal build
+        (RV(python_only), its reason).
       - V(never) always runs the normal build.
     type: str
     choices: [auto, never]
@@ -307,7 +310,9 @@ precompiled_reason:
 python_only:
   description:
     - Whether the release was made by the python-only bump (O(python_only)) - C(used), C(reason) (why, or why not -
-      the refusal), C(files_changed), C(seconds), C(from) (the earlier release). Null in check mode, for a
+      the refusal), C(files_changed), C(seconds), C(from) (the earlier release), C(dependencies) (C(planned), how
+      many packages a fresh install gets; C(installed) and C(removed), what moved since the earlier release). Null
+      in check mode, for a
       release found already built before this key existed, and when the bump was not tried (not precompiled,
       O(python_only=never), a given O(wheel)).
   returned: always
@@ -317,6 +322,10 @@ python_only:
     files_changed: 1
     seconds: 9.8
     from: f2654939e0b1-1a2b3c4d
+    dependencies:
+      planned: 171
+      installed: [httpcore2==2.17.0, httpx2==2.17.0]
+      removed: []
     reason: "1 files changed since f2654939e0b1-1a2b3c4d (f2654939e0b1), all Python files of vllm/ or outside the
       wheel: built from that release without setup.py"
 max_jobs:

@@ -409,6 +409,27 @@ def compare_venvs(reference: str, made: str) -> Dict[str, Any]:
     }
 
 
+# A pure-Python dependency of vLLM that has older releases on PyPI (idna: requests, httpx, aiohttp's yarl).
+AGED_DEPENDENCY = "idna"
+
+
+def age_a_dependency(root: str, release: str, name: str) -> Dict[str, Any]:
+    """The earlier release made as an older index would have made it: `name` one release back (uv, same cache).
+    The bump must give the version a fresh install gets now (the full build's), as after a real index move."""
+    python = os.path.join(release, "venv", "bin", "python")
+    show = [python, "-c", f"import importlib.metadata as m; print(m.version({name!r}))"]
+    now = subprocess.run(show, capture_output=True, text=True, check=True).stdout.strip()
+    environ = dict(os.environ, UV_CACHE_DIR=os.path.join(root, "cache", "uv"))
+    subprocess.run(
+        ["uv", "pip", "install", "-q", "--python", python, "--no-deps", f"{name}<{now}"], check=True, env=environ
+    )
+    return {
+        "name": name,
+        "built": now,
+        "aged": subprocess.run(show, capture_output=True, text=True, check=True).stdout.strip(),
+    }
+
+
 def python_only_bump(env: Dict[str, Any], root: str, python: str, reference: Dict[str, Any], **named: Any) -> Dict:
     """fork/python again, by the python-only bump from the `main` release, against `reference` (the full
     precompiled build of fork/python, moved aside): every installed file and every wheel member compared."""
@@ -420,8 +441,10 @@ def python_only_bump(env: Dict[str, Any], root: str, python: str, reference: Dic
     os.rename(os.path.dirname(reference["wheel"]), ref_wheels)
     forget_releases(root, env["commits"]["main"])
     earlier = real_build(env, root, python, "main", python_only="never", **named)
+    aged = age_a_dependency(root, earlier["release"], AGED_DEPENDENCY)
     fast = real_build(env, root, python, "fork/python", **named)
     record: Dict[str, Any] = {
+        "aged": aged,
         "earlier": {k: earlier.get(k) for k in ("release_name", "precompiled", "duration", "stage_seconds")},
         "fast": {k: fast.get(k) for k in ("release_name", "python_only", "duration", "stage_seconds", "wall_seconds")},
     }
@@ -570,6 +593,9 @@ def report(record: Dict[str, Any]) -> str:
                 f"python_only: `{_cell(json.dumps(fast['python_only']))}`",
                 f"- installed vLLM against its RECORD: {bump['installed'].get('files')} files hashed, "
                 f"{len(bump['installed'].get('not_matching') or [])} not matching",
+                "- the earlier release aged as an older index would have made it: "
+                f"{_cell(json.dumps(bump.get('aged')))} (the bump must install what a fresh install gets now: "
+                "`python_only.dependencies`)",
                 f"- against the full precompiled build of the same commit (above, moved aside): {venv.get('files')} "
                 f"installed files ({venv.get('shared_inodes')} the same inode), differing: "
                 f"{', '.join(f'`{n}`' for n in venv.get('differ') or []) or 'none'}; only in the bump: "
@@ -679,6 +705,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         venv = bump.get("venv") or {}
         expected = all(name.endswith(("/RECORD", "/uv_cache.json")) for name in venv.get("differ") or [])
         used = (bump.get("fast") or {}).get("python_only", {}).get("used")
+        aged = bump.get("aged") or {}
+        settled = ((bump.get("fast") or {}).get("python_only") or {}).get("dependencies") or {}
+        # The aged dependency is back at the version a fresh install gets (the venv comparison says it is the build's).
+        used = used and f"{aged.get('name')}=={aged.get('built')}" in (settled.get("installed") or [])
         broken = (
             broken
             or bump.get("error")

@@ -38,12 +38,17 @@ def test_uv_commands_run_the_uv_that_was_found():
         *["/opt/vllm/tools/bin/uv", "pip", "install", "--python", "/r/venv/bin/python"]
     ]
     assert uv.argv("reinstall", ["x.whl"], **VALUES)[5:] == ["--reinstall", "--no-deps", "x.whl"]
+    # The python-only bump's dependency plan (uv only): a dry run, exact pins, removals.
+    assert uv.argv("dry_run", ["x.whl"], **VALUES)[1:] == ["pip", "install", "--python", "/r/venv/bin/python",
+                                                          "--dry-run", "x.whl"]  # fmt: skip
+    assert uv.argv("pinned", ["a==1"], **VALUES)[5:] == ["--no-deps", "a==1"]
+    assert uv.argv("uninstall", ["a"], **VALUES)[1:] == ["pip", "uninstall", "--python", "/r/venv/bin/python", "a"]
 
 
-def test_every_installer_has_every_step_and_nothing_else():
+def test_the_installers_have_these_steps_and_nothing_else():
     assert {name: set(steps) for name, steps in COMMANDS.items()} == {
         "pip": {"venv", "wheel", "install", "reinstall"},
-        "uv": {"venv", "wheel", "install", "reinstall"},
+        "uv": {"venv", "wheel", "install", "reinstall", "dry_run", "pinned", "uninstall"},
     }
     with pytest.raises(ValueError, match="installer 'conda' is not one of pip, uv"):
         Installer("conda")

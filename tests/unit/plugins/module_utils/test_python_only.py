@@ -20,8 +20,8 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._build import Buil
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._git import ensure_mirror, mirror_path
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._python_only import Diff, Refused
 from ansible_collections.vllm_ops.dflash.tests.helpers import engine_repo
-from ansible_collections.vllm_ops.dflash.tests.helpers.fake_wheel import make_wheel
-from ansible_collections.vllm_ops.dflash.tests.helpers.tiny_repo import commit_files, git
+from ansible_collections.vllm_ops.dflash.tests.helpers.fake_wheel import make_pure_wheel, make_wheel
+from ansible_collections.vllm_ops.dflash.tests.helpers.tiny_repo import commit_files, git, installed_version
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow_build]
 
@@ -79,9 +79,9 @@ def _b64(digest: bytes) -> str:
     return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
 
-def options(repo: Path, root: Path, ref: str, wheel: Path, pip_args, **kwargs) -> BuildOptions:
+def options(repo: Path, root: Path, ref: str, wheel: Path, pip_args, installer="uv", **kwargs) -> BuildOptions:
     return BuildOptions(
-        str(repo), ref, root=str(root), python=sys.executable, installer="uv", pip_args=pip_args,
+        str(repo), ref, root=str(root), python=sys.executable, installer=installer, pip_args=pip_args,
         precompiled_wheel=str(wheel), keep_releases=10, **kwargs,
     )  # fmt: skip
 
@@ -120,9 +120,7 @@ def test_a_python_only_bump_gives_the_normal_builds_files(engine, base_wheel, tm
     assert sorted(ours) == sorted(theirs)
     assert any("/licenses/" in name for name in ours)  # a directory in the dist-info, linked as one
     differ = sorted(name for name in ours if ours[name] != theirs[name])
-    # What names the root (its own wheel file, the venv's path: a RECORD hash of bin/vllm) or a time (uv's
-    # record of the wheel file's mtime) differs between any two builds in two roots; nothing else does.
-    assert [name.rsplit("/", 1)[-1] for name in differ] == ["RECORD", "direct_url.json", "uv_cache.json"], differ
+    assert_only_the_root_differs(differ)
     record = next(name for name in differ if name.endswith("/RECORD"))
     lines = set(ours[record].splitlines()) ^ set(theirs[record].splitlines())
     assert {line.split(b",")[0].rsplit(b"/", 1)[-1] for line in lines} == {
@@ -145,6 +143,48 @@ def test_a_python_only_bump_gives_the_normal_builds_files(engine, base_wheel, tm
     assert os.path.basename(bumped["wheel"]) == os.path.basename(plain["wheel"])
     assert members(bumped["wheel"]) == members(plain["wheel"])
     assert hashlib.sha256(Path(bumped["wheel"]).read_bytes()).hexdigest() == bumped["wheel_sha256"]
+
+
+def assert_only_the_root_differs(differ) -> None:
+    # What names the root (its own wheel file, the venv's path: a RECORD hash of bin/vllm) or a time (uv's
+    # record of the wheel file's mtime) differs between any two builds in two roots; nothing else does.
+    assert [name.rsplit("/", 1)[-1] for name in differ] == ["RECORD", "direct_url.json", "uv_cache.json"], differ
+
+
+@pytest.mark.parametrize("installer", ["uv", "pip"])
+def test_the_bump_gets_the_dependencies_a_fresh_install_gets_now(
+    engine, base_wheel, tmp_path, pip_args, uv_on_path, installer
+):
+    """The index moves between the earlier release and the bump (a PyYAML newer than the wheelhouse's is
+    published): the normal build installs it, and so does the bump (uv); with pip the bump is not tried."""
+    repo, _shas = engine
+    index = tmp_path / "index"
+    index.mkdir()
+    args = [*pip_args, "--find-links", str(index)]
+    fast, normal = tmp_path / "fast", tmp_path / "full"
+    for root in (fast, normal):
+        first = build(options(repo, root, "base", base_wheel, args, installer))
+    held = installed_version(first["release"] + "/venv", "PyYAML")  # the wheelhouse's
+    assert held != "99.0"
+    make_pure_wheel(index, "PyYAML", "99.0", {"yaml/__init__.py": "__version__ = '99.0'\n"})
+    bumped = build(options(repo, fast, "py-bump", base_wheel, args, installer))
+    plain = build(options(repo, normal, "py-bump", base_wheel, args, installer, python_only="never"))
+    assert installed_version(plain["release"] + "/venv", "PyYAML") == "99.0"
+    assert installed_version(bumped["release"] + "/venv", "PyYAML") == "99.0"
+    if installer == "pip":
+        assert bumped["python_only"]["used"] is False
+        assert bumped["python_only"]["reason"].startswith("the installer is pip: the python-only bump is made with uv")
+        return
+    assert bumped["python_only"]["used"] is True, bumped["python_only"]
+    assert bumped["python_only"]["dependencies"]["installed"] == ["pyyaml==99.0"]
+    assert bumped["python_only"]["dependencies"]["removed"] == []
+    ours, theirs = installed(bumped["release"]), installed(plain["release"])
+    assert sorted(ours) == sorted(theirs)
+    assert_only_the_root_differs(sorted(name for name in ours if ours[name] != theirs[name]))
+    # The earlier release keeps its own: the bump replaced its links, never wrote through them.
+    earlier = Path(fast, "releases", bumped["python_only"]["from"], "venv")
+    assert installed_version(str(earlier), "PyYAML") == held
+    assert next(earlier.glob("lib/python*/site-packages/yaml/__init__.py")).read_text() != "__version__ = '99.0'\n"
 
 
 def test_a_tampered_hard_link_is_caught_before_the_release_is_complete(

@@ -1,0 +1,147 @@
+# Copyright (c) vllm_ops.dflash contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The python-only bump's third-party dependencies, resolved now as the normal build resolves them.
+
+The normal build installs the wheel into a new venv, so the index decides the versions of vLLM's
+dependencies at build time; the bump starts from an earlier release's venv, which holds the index's
+versions of then (the real-vLLM lane of 2026-12-04: httpx2 2.16.2 kept where the build got 2.17.0). So
+the bump asks uv what it would install into an empty venv of the same kind (its own dry run: the same
+resolver, index options and system site packages as the build), and makes the bump's venv hold exactly
+that: the versions that moved are installed (exact pins, no dependencies: uv writes the same files,
+REQUESTED included, whichever way a package came) and the packages no longer wanted removed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import urllib.parse
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Tuple
+
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_options import BuildError
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import remove_tree_within
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._python_only import Refused, site_packages
+
+if TYPE_CHECKING:
+    from ansible_collections.vllm_ops.dflash.plugins.module_utils._builder import Builder
+
+__all__ = ["PlanError", "canonical", "difference", "installed", "planned_uv", "settle"]
+
+# uv's dry run: " + name==version", or " + name @ <url>" for a direct reference (the wheel itself).
+_UV_PLANNED = re.compile(r"^ \+ (?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)(?:==(?P<version>\S+)| @ (?P<url>\S+))")
+_WOULD_INSTALL = re.compile(r"^Would install \d+ packages?$", re.MULTILINE)
+
+
+class PlanError(Refused):
+    """The installer's plan cannot be read, or cannot be applied to the bump's venv: the bump is refused."""
+
+
+def canonical(name: str) -> str:
+    """A distribution's name as PEP 503 compares it."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def planned_uv(output: str) -> Dict[str, str]:
+    """What `uv pip install --dry-run` would install, by canonical name: its version, or `@ <url>`."""
+    found = {}
+    for line in output.splitlines():
+        match = _UV_PLANNED.match(line)
+        if match:
+            found[canonical(match.group("name"))] = match.group("version") or "@ " + match.group("url")
+    if not found or not _WOULD_INSTALL.search(output):
+        raise PlanError("uv's dry run names no package it would install: another output format")
+    return found
+
+
+def installed(site: str) -> Dict[str, str]:
+    """The distributions a site-packages holds (their dist-info METADATA), version by canonical name."""
+    found = {}
+    for entry in os.listdir(site) if os.path.isdir(site) else []:
+        metadata = os.path.join(site, entry, "METADATA")
+        if not entry.endswith(".dist-info") or not os.path.isfile(metadata):
+            continue
+        fields: Dict[str, str] = {}
+        with open(metadata, encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                if not line.strip():
+                    break  # the headers end at the first empty line
+                key, _sep, value = line.partition(":")
+                fields.setdefault(key.strip().lower(), value.strip())
+        if "name" in fields and "version" in fields:
+            found[canonical(fields["name"])] = fields["version"]
+    return found
+
+
+def difference(
+    planned: Mapping[str, str], held: Mapping[str, str], seeded: Mapping[str, str], package: str
+) -> Tuple[List[str], List[str]]:
+    """(pins to install, names to remove) that make `held` (the bump's venv) what a fresh install gives:
+    `planned` over an empty venv holding `seeded` (what `uv venv` put there: nothing, or pip with --seed).
+    The package itself is the bump's own (its version is checked, not installed here)."""
+    package = canonical(package)
+    pins = sorted(
+        f"{name}=={version}" for name, version in planned.items() if name != package and held.get(name) != version
+    )
+    removed = sorted(
+        name for name in held if name != package and name not in planned and seeded.get(name) != held[name]
+    )
+    return pins, removed
+
+
+def settle(builder: Builder, venv: str, wheel: str, package: str, version: str) -> Dict[str, Any]:
+    """Make the bump's `venv` hold the dependencies a fresh install of `wheel` (the package at `version`)
+    gets now. Returns the record: planned (count), installed and removed (what changed). Raises PlanError
+    when the plan cannot be read or applied, BuildError when the deadline ran out."""
+    plan_venv = os.path.join(builder.paths.build, "dependency-plan", "venv")
+    remove_tree_within(builder.paths.root, os.path.dirname(plan_venv))
+    os.makedirs(os.path.dirname(plan_venv))
+    try:
+        builder.step("creating an empty venv for the dependency plan", builder.installer.argv(
+            "venv", python=builder.python, venv=plan_venv, system_site_packages=builder.opts.system_site_packages,
+        ))  # fmt: skip
+        plan_python = os.path.join(plan_venv, "bin", "python")
+        argv = builder.installer.argv("dry_run", [*builder.pip_args, wheel], venv_python=plan_python)
+        result = builder.step("planning a fresh install of the wheel (dry run)", argv, capture=True)
+        planned = planned_uv(result.stderr + result.stdout)
+        seeded = installed(site_packages(plan_venv))
+    except BuildError as exc:
+        if builder.deadline.remaining() <= 0:
+            raise
+        raise PlanError(f"the dry run of a fresh install failed: {exc}") from exc
+    finally:
+        remove_tree_within(builder.paths.root, os.path.dirname(plan_venv))
+    own = planned.get(canonical(package))
+    if own not in (version, "@ " + urllib.parse.urlunsplit(("file", "", os.path.abspath(wheel), "", ""))):
+        raise PlanError(f"a fresh install of {os.path.basename(wheel)} would install {package} {own or 'not at all'}")
+    direct = sorted(name for name, value in planned.items() if value.startswith("@") and name != canonical(package))
+    if direct:
+        raise PlanError(f"a fresh install takes {', '.join(direct)} from a URL: no version to pin")
+    site = site_packages(venv)
+    held = installed(site)
+    pins, removed = difference(planned, held, seeded, package)
+    record: Dict[str, Any] = {"planned": len(planned), "installed": pins, "removed": removed}
+    moved = ", ".join(
+        [*(f"{p} (held {held.get(p.split('==')[0], 'none')})" for p in pins), *(f"{r} removed" for r in removed)]
+    )
+    if not pins and not removed:
+        builder.note(f"dependency plan: the {len(planned)} packages a fresh install gets are those the venv holds")
+        return record
+    builder.note(f"dependency plan: the index moved since the earlier release: {moved}")
+    try:
+        if removed:
+            builder.step("removing what a fresh install no longer gets", builder.installer.argv(
+                "uninstall", removed, venv_python=os.path.join(venv, "bin", "python"),
+            ))  # fmt: skip
+        if pins:
+            builder.step("installing the versions a fresh install gets", builder.installer.argv(
+                "pinned", [*builder.pip_args, *pins], venv_python=os.path.join(venv, "bin", "python"),
+            ))  # fmt: skip
+    except BuildError as exc:
+        if builder.deadline.remaining() <= 0:
+            raise
+        raise PlanError(f"the dependencies that moved cannot be installed: {exc}") from exc
+    now = installed(site)
+    still = [p for p in pins if now.get(p.split("==")[0]) != p.split("==")[1]] + [r for r in removed if r in now]
+    if still:
+        raise PlanError(f"after installing them the venv still differs from the plan: {', '.join(still)}")
+    return record

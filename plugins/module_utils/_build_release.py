@@ -35,7 +35,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import (
     write_json_atomic,
 )
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._deadline import CommandInterrupted, Deadline, tail
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._dependency_plan import settle
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._dependency_plan import DependencyPlan
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._disk_budget import BudgetError, apply, plan
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._git import GitError, Resolution
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._lock import LockTimeout, host_lock
@@ -342,7 +342,7 @@ def _python_only(opts: BuildOptions, builder: Builder, plan: Plan) -> Optional[D
     try:
         return build_from_earlier(
             opts.root, plan.digest, plan.commit, plan.mirror, "vllm", builder.paths, builder.note,
-            lambda venv, wheel, version: settle(builder, venv, wheel, "vllm", version),
+            lambda wheel: DependencyPlan(builder, wheel),
         )  # fmt: skip
     except Refused as exc:
         builder.note(f"python-only bump not used ({exc}): the normal build")

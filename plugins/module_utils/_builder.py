@@ -136,35 +136,42 @@ class Builder:
         note(self.paths.log, self.status.scrub(text))
 
     def step(
-        self,
-        what: str,
-        argv: List[str],
-        cwd: Optional[str] = None,
-        env: Optional[Mapping[str, str]] = None,
-        capture: bool = False,
+        self, what: str, argv: List[str], cwd: Optional[str] = None, env: Optional[Mapping[str, str]] = None
     ) -> CommandResult:
-        """Run one command of the build; `capture`: its output kept in the result too (then logged after it)."""
-        os.makedirs(self.paths.tmp, exist_ok=True)
-        if self.netrc_text and not os.path.exists(self.netrc):  # the build directory is made (again) here
-            with os.fdopen(os.open(self.netrc, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as handle:
-                handle.write(self.netrc_text)
+        self.ready_to_run()
         try:
             result = run_command(
                 argv,
                 self.deadline.remaining(),
-                log_path=None if capture else self.paths.log,
+                log_path=self.paths.log,
                 env=dict(env or self.env),
                 cwd=cwd,
                 grace=KILL_GRACE,
                 tail_lines=TAIL_LINES,
                 progress=self.status.tick,
             )
-            if capture:
-                self.note(
-                    f"$ {result.command}: exit {result.rc} after {result.elapsed:.1f}s\n{result.stdout}{result.stderr}"
-                )
         finally:
             _scrub_file(self.paths.log, self.secrets)  # a tool may echo a secret it was given
+        return self.checked(what, result)
+
+    def ready_to_run(self) -> None:
+        """What every command of the build needs: its TMPDIR, and the netrc file of pip_args' credentials."""
+        os.makedirs(self.paths.tmp, exist_ok=True)
+        if self.netrc_text and not os.path.exists(self.netrc):  # the build directory is made (again) here
+            with os.fdopen(os.open(self.netrc, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as handle:
+                handle.write(self.netrc_text)
+
+    def run_captured(self, argv: List[str]) -> CommandResult:
+        """A command of the build with its output in the result, not the log, and no status ticks: safe in
+        a thread beside the build's own steps (ready_to_run first, then `checked` and `logged` by the caller)."""
+        return run_command(argv, self.deadline.remaining(), env=dict(self.env), grace=KILL_GRACE, tail_lines=TAIL_LINES)
+
+    def logged(self, result: CommandResult) -> None:
+        """A captured command and its output into the log (masked as the log's other lines are)."""
+        self.note(f"$ {result.command}: exit {result.rc} after {result.elapsed:.1f}s\n{result.stdout}{result.stderr}")
+
+    def checked(self, what: str, result: CommandResult) -> CommandResult:
+        """`result`, or the BuildError that names the deadline or the exit code."""
         if result.timed_out:
             survivors = f"; processes that would not die: {result.survivors}" if result.survivors else ""
             raise BuildError(

@@ -30,7 +30,7 @@ import subprocess
 import time
 import urllib.parse
 import zipfile
-from typing import Any, Callable, Dict, List, Mapping, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Tuple
 
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_paths import Paths, read_manifest, relocate_venv
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import sha256_file
@@ -41,6 +41,9 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._precompiled impor
 )
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._releases import RELEASES_DIR, release_path
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._wheel_overlay import copy_raw
+
+if TYPE_CHECKING:  # it imports this module: Refused, site_packages
+    from ansible_collections.vllm_ops.dflash.plugins.module_utils._dependency_plan import DependencyPlan
 
 __all__ = ["MODES", "Refused", "build_from_earlier", "site_packages"]
 
@@ -329,9 +332,9 @@ def verify_record(site: str, dist_info: str) -> int:
     return checked
 
 
-# settle(venv, wheel, version): the venv given the dependencies a fresh install of the wheel gets now
-# (_dependency_plan.settle through the build's installer); its record, or Refused.
-Settle = Callable[[str, str, str], Dict[str, Any]]
+# plan_for(wheel): the dry run of a fresh install of the new wheel, started as soon as the wheel is written
+# (_dependency_plan.DependencyPlan); its settle() gives the bump's venv what that install gets.
+Planner = Callable[[str], "DependencyPlan"]
 
 
 def build_from_earlier(
@@ -342,12 +345,12 @@ def build_from_earlier(
     package: str,
     paths: Paths,
     note: Callable[[str], None],
-    settle: Settle,
+    plan_for: Planner,
 ) -> Dict[str, Any]:
     """Make the release of `paths` (venv + the wheel in wheels/<name>/) from an earlier release, or raise
     Refused with every candidate's reason (nothing of the attempt left behind). Returns the python_only
-    result: used, reason, files_changed, seconds, from (the earlier release), dependencies (what `settle`
-    changed), wheel, wheel_sha256."""
+    result: used, reason, files_changed, seconds, from (the earlier release), dependencies (what moved since
+    it: `plan_for`), wheel, wheel_sha256."""
     started = time.monotonic()
     found = candidates(root, digest, commit)
     if not found:
@@ -355,7 +358,7 @@ def build_from_earlier(
     reasons = []
     for earlier in found:
         try:
-            done = _from(earlier, commit, mirror, package, paths, note, settle)
+            done = _from(earlier, commit, mirror, package, paths, note, plan_for)
         except BaseException as exc:
             for path in (paths.venv, paths.wheels):
                 shutil.rmtree(path, ignore_errors=True)
@@ -370,11 +373,16 @@ def build_from_earlier(
 
 
 def _from(
-    earlier: Earlier, commit: str, mirror: str, package: str, paths: Paths, note: Callable[[str], None], settle: Settle
+    earlier: Earlier,
+    commit: str,
+    mirror: str,
+    package: str,
+    paths: Paths,
+    note: Callable[[str], None],
+    plan_for: Planner,
 ) -> Dict:
     if not os.path.isfile(earlier.wheel) or sha256_file(earlier.wheel) != earlier.wheel_sha:
         raise Refused(f"its wheel {earlier.wheel} is missing or not the one it installed")
-    site = site_packages(earlier.venv)
     with zipfile.ZipFile(earlier.wheel) as archive:
         members = {info.filename: info for info in archive.infolist()}
         parts = os.path.basename(earlier.wheel).split("-")
@@ -401,6 +409,30 @@ def _from(
         os.makedirs(paths.wheels, exist_ok=True)
         wheel = os.path.join(paths.wheels, "-".join([parts[0], new_version, *parts[2:]]))
         wheel_rows = _write_wheel(archive, wheel, renames, written, diff.removed)
+    plan = plan_for(wheel)  # uv asks the index while the venv is linked
+    try:
+        return _venv_from(earlier, package, paths, note, plan, wheel, wheel_rows, written, diff, members)
+    finally:
+        plan.close()
+
+
+def _venv_from(
+    earlier: Earlier,
+    package: str,
+    paths: Paths,
+    note: Callable[[str], None],
+    plan: DependencyPlan,
+    wheel: str,
+    wheel_rows: Dict[str, List[str]],
+    written: Dict[str, bytes],
+    diff: Diff,
+    members: Mapping[str, zipfile.ZipInfo],
+) -> Dict:
+    """The bump's venv from the earlier one and the new wheel (its name gives the versions), linked while
+    `plan` runs, then given the dependencies a fresh install gets."""
+    site = site_packages(earlier.venv)
+    old_version, new_version = os.path.basename(earlier.wheel).split("-")[1], os.path.basename(wheel).split("-")[1]
+    new_info, old_info = f"{package}-{new_version}.dist-info", f"{package}-{old_version}.dist-info"
     wheel_sha = sha256_file(wheel)
     note(f"python-only bump from {earlier.name}: {len(diff.paths)} files changed; wheel {wheel} assembled")
     # The venv: hard links of the earlier one, then the package's files that differ written anew.
@@ -421,10 +453,10 @@ def _from(
     rows = _install_dist_info(
         site, new_site, old_dist, new_info, old_info, wheel_rows, written, diff, (wheel, wheel_sha)
     )
-    dependencies = settle(paths.venv, wheel, new_version)
     checked = verify_record(new_site, new_info)
     note(f"python-only bump: {linked} files hard-linked from {earlier.name}; {checked} files of {new_info} "
          f"match its RECORD ({rows} lines)")  # fmt: skip
+    dependencies = plan.settle(paths.venv, package, new_version)
     return {
         "used": True,
         "reason": f"{len(diff.paths)} files changed since {earlier.name} ({earlier.commit[:12]}), all Python "

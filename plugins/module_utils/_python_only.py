@@ -42,8 +42,14 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._precompiled impor
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._releases import RELEASES_DIR, release_path
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._wheel_overlay import copy_raw
 
-if TYPE_CHECKING:  # it imports this module: Refused, site_packages
-    from ansible_collections.vllm_ops.dflash.plugins.module_utils._dependency_plan import DependencyPlan
+if TYPE_CHECKING:  # what _dependency_plan.DependencyPlan is to this module (it imports this one: no import back)
+    from typing import Protocol
+
+    class DependencyPlan(Protocol):
+        def settle(self, venv: str, package: str, version: str) -> Dict[str, Any]: ...
+
+        def close(self) -> None: ...
+
 
 __all__ = ["MODES", "Refused", "build_from_earlier", "site_packages"]
 

@@ -28,6 +28,20 @@ MODULE = "vllm_ops.dflash.vllm_drift"
 ROLES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "roles")
 
 
+class _LookupVariables(dict):
+    """The task's variables as the template lookup's `variables`, copied one level deep where it deep-copies them.
+
+    The lookup deep-copies `variables` for each template only to add its own on top (template_path, ... and
+    template_vars): a copy of the top level does that. The deep copies of every task variable made half of the
+    three renders' CPU and a quarter of this task's on the controller, per host (bench/README.md). A template
+    that changed a variable's value in place would now see that change in the next render; this collection's
+    templates change only the dicts they make themselves (`{% set serve = {...} %}`).
+    """
+
+    def __deepcopy__(self, memo: Dict[int, Any]) -> Dict[str, Any]:
+        return dict(self)
+
+
 def sha256_text(text: str) -> str:
     """The sha256 the `hash('sha256')` filter gives a rendered template (its UTF-8 bytes)."""
     return hashlib.sha256(to_bytes(text, errors="surrogate_or_strict")).hexdigest()
@@ -66,13 +80,13 @@ class ActionModule(ActionBase):
 
     def render(self, item: Dict[str, Any], task_vars: Dict[str, Any]) -> str:
         """`lookup('ansible.builtin.template', src, template_vars=vars)` as the role `role` runs it."""
-        variables = task_vars
+        variables = _LookupVariables(task_vars)
         if item["role"]:
             role_path = os.path.join(ROLES_DIR, item["role"])
             if not os.path.isdir(os.path.join(role_path, "templates")):
                 raise AnsibleActionFail(f"templates: {item['role']!r} is no role of {MODULE.rsplit('.', 1)[0]}")
             # The role's own directory first, as in its tasks (ansible_search_path: role, then the playbook's).
             search: List[str] = list(task_vars.get("ansible_search_path", []))
-            variables = {**task_vars, "ansible_search_path": [role_path, *search]}
+            variables["ansible_search_path"] = [role_path, *search]
         lookup = lookup_loader.get("ansible.builtin.template", loader=self._loader, templar=self._templar)
         return str(lookup.run([item["src"]], variables=variables, template_vars=item["vars"])[0])

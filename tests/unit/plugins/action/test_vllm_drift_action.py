@@ -163,3 +163,14 @@ def test_a_template_the_role_does_not_have_fails_before_the_host_is_asked():
     with pytest.raises(AnsibleActionFail, match="path"):
         plugin.run(task_vars={})
     assert calls == []
+
+
+def test_the_renders_leave_the_task_variables_as_they_were():
+    # The lookup's deep copy of the task's variables is a copy of their top level here (_LookupVariables).
+    variables = role_variables(**INVENTORY)
+    before = {key: repr(value) for key, value in variables.items()}
+    task_vars = templated(look_task()["vars"], variables)
+    plugin, calls = action({"templates": task_vars["vllm_drift_templates"], "files": []}, variables)
+    plugin.run(task_vars=variables)
+    assert {key: repr(value) for key, value in variables.items()} == before
+    assert len(calls) == 1

@@ -45,13 +45,27 @@ def gate_results(host, release: str) -> list:
     return json.loads(host.file(path).content_string)["results"] if host.file(path).exists else []
 
 
-def complete(host, prompt: str, max_tokens: int = 16) -> dict:
+def completion(host, prompt: str, max_tokens: int = 16) -> tuple:
+    """(HTTP status, body) of one greedy completion; status 0 when nothing answered."""
     body = json.dumps({"model": "tiny", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0})
-    out = host.check_output(
-        f"curl -sf -H 'Authorization: Bearer {API_KEY}' -H 'Content-Type: application/json' "
+    out = host.run(
+        f"curl -s -w '\\n%{{http_code}}' -H 'Authorization: Bearer {API_KEY}' -H 'Content-Type: application/json' "
         f"-d '{body}' http://127.0.0.1:8000/v1/completions"
-    )
-    return json.loads(out)
+    ).stdout
+    text, _newline, status = out.rpartition("\n")
+    return (int(status) if status.strip().isdigit() else 0), text
+
+
+def complete(host, prompt: str, max_tokens: int = 16) -> dict:
+    status, text = completion(host, prompt, max_tokens)
+    assert status == 200, f"a completion got HTTP {status}: {text[:1000]}"
+    return json.loads(text)
+
+
+def serves(host) -> bool:
+    """What the role's readiness wait asks before it calls a start done: /health, then a real completion (the
+    API server answers /health before the first completion goes through after a restart)."""
+    return healthy(host) and completion(host, "ready", 1)[0] == 200
 
 
 def current(host) -> str:

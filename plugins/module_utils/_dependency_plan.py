@@ -19,7 +19,7 @@ import threading
 import urllib.parse
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple
 
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_options import BuildError
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_options import BuildError, canonical_package
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import remove_tree_within
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._deadline import CommandResult
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._python_only import Refused, site_packages
@@ -27,7 +27,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._python_only impor
 if TYPE_CHECKING:
     from ansible_collections.vllm_ops.dflash.plugins.module_utils._builder import Builder
 
-__all__ = ["DependencyPlan", "PlanError", "canonical", "difference", "installed", "planned_uv"]
+__all__ = ["DependencyPlan", "PlanError", "difference", "installed", "planned_uv"]
 
 # uv's dry run: " + name==version", or " + name @ <url>" for a direct reference (the wheel itself).
 _UV_PLANNED = re.compile(r"^ \+ (?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)(?:==(?P<version>\S+)| @ (?P<url>\S+))")
@@ -38,18 +38,13 @@ class PlanError(Refused):
     """The installer's plan cannot be read, or cannot be applied to the bump's venv: the bump is refused."""
 
 
-def canonical(name: str) -> str:
-    """A distribution's name as PEP 503 compares it."""
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def planned_uv(output: str) -> Dict[str, str]:
     """What `uv pip install --dry-run` would install, by canonical name: its version, or `@ <url>`."""
     found = {}
     for line in output.splitlines():
         match = _UV_PLANNED.match(line)
         if match:
-            found[canonical(match.group("name"))] = match.group("version") or "@ " + match.group("url")
+            found[canonical_package(match.group("name"))] = match.group("version") or "@ " + match.group("url")
     if not found or not _WOULD_INSTALL.search(output):
         raise PlanError("uv's dry run names no package it would install: another output format")
     return found
@@ -70,7 +65,7 @@ def installed(site: str) -> Dict[str, str]:
                 key, _sep, value = line.partition(":")
                 fields.setdefault(key.strip().lower(), value.strip())
         if "name" in fields and "version" in fields:
-            found[canonical(fields["name"])] = fields["version"]
+            found[canonical_package(fields["name"])] = fields["version"]
     return found
 
 
@@ -80,7 +75,7 @@ def difference(
     """(pins to install, names to remove) that make `held` (the bump's venv) what a fresh install gives:
     `planned` over an empty venv holding `seeded` (what `uv venv` put there: nothing, or pip with --seed).
     The package itself is the bump's own (its version is checked, not installed here)."""
-    package = canonical(package)
+    package = canonical_package(package)
     pins = sorted(
         f"{name}=={version}" for name, version in planned.items() if name != package and held.get(name) != version
     )
@@ -153,12 +148,14 @@ class DependencyPlan:
         when the plan cannot be read or applied, BuildError when the deadline ran out."""
         builder = self.builder
         planned, seeded = self._planned()
-        own = planned.get(canonical(package))
+        own = planned.get(canonical_package(package))
         if own not in (version, "@ " + urllib.parse.urlunsplit(("file", "", os.path.abspath(self.wheel), "", ""))):
             raise PlanError(
                 f"a fresh install of {os.path.basename(self.wheel)} would install {package} {own or 'not at all'}"
             )
-        direct = sorted(name for name, value in planned.items() if value.startswith("@") and name != canonical(package))
+        direct = sorted(
+            name for name, value in planned.items() if value.startswith("@") and name != canonical_package(package)
+        )
         if direct:
             raise PlanError(f"a fresh install takes {', '.join(direct)} from a URL: no version to pin")
         site = site_packages(venv)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Dict
 
 import pytest
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_options import BuildError
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_options import BuildError, canonical_package
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_paths import Paths
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_status import StatusFile
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._builder import Builder, BuilderOptions
@@ -17,7 +17,6 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._deadline import D
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._dependency_plan import (
     DependencyPlan,
     PlanError,
-    canonical,
     difference,
     installed,
     planned_uv,
@@ -81,7 +80,7 @@ def test_the_difference_pins_what_moved_and_removes_what_is_no_longer_wanted():
 
 
 def test_canonical_names_compare_as_pep_503_says():
-    assert canonical("Typing.Extensions") == canonical("typing_extensions") == "typing-extensions"
+    assert canonical_package("Typing.Extensions") == canonical_package("typing_extensions") == "typing-extensions"
 
 
 def fake_uv(tmp_path: Path, dry_run_output: str, rc: int = 0) -> Path:

@@ -284,7 +284,8 @@ class Bench:
         self.remove_stale_hosts()
         for name in self.names:
             argv = ["podman", "run", "-d", "--name", name, "--hostname", name, "--label", BENCH_LABEL]
-            _run([*argv, "--ip", self.addresses[name], "--systemd=always", IMAGE])
+            # CAP_SYS_ADMIN: systemd sets up the unit's sandbox (ProtectSystem, PrivateTmp), as on a GPU host
+            _run([*argv, "--ip", self.addresses[name], "--systemd=always", "--cap-add", "SYS_ADMIN", IMAGE])
         for name in self.names:
             booted = time.monotonic() + 30
             while time.monotonic() < booted:

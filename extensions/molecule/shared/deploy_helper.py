@@ -38,3 +38,25 @@ def release_state(host) -> dict:
 
 def service_pid(host, instance: str = "default") -> int:
     return int(host.check_output(f"systemctl show -p MainPID --value vllm-{instance}.service"))
+
+
+def mounts_of(host, pid: int) -> dict:
+    """Mount point -> (root within its filesystem, options) as process `pid` sees them: what systemd's
+    ProtectSystem/PrivateTmp really did to it, not what the unit file says."""
+    mounts = {}
+    for line in host.check_output(f"cat /proc/{pid}/mountinfo").splitlines():
+        fields = line.split()
+        mounts[fields[4]] = (fields[3], fields[5].split(","))
+    return mounts
+
+
+def assert_sandboxed(host, pid: int) -> None:
+    """The unit's filesystem sandbox is in force for `pid`: `/` read-only (ProtectSystem=strict), the state,
+    cache and log directories writable, and a /tmp of its own (PrivateTmp). A container without CAP_SYS_ADMIN
+    lets systemd skip all of it silently ("assuming containerized execution"), with the unit's properties
+    still reading yes: the properties prove nothing about the running engine."""
+    mounts = mounts_of(host, pid)
+    assert "ro" in mounts["/"][1], f"/ is writable for the engine: ProtectSystem=strict is not in force: {mounts['/']}"
+    for path in ("/var/lib/vllm", "/var/cache/vllm", "/var/log/vllm"):
+        assert "rw" in mounts[path][1], f"{path} is not writable for the engine: {mounts.get(path)}"
+    assert mounts["/tmp"][0].startswith("/systemd-private-"), f"the engine shares the host's /tmp: {mounts['/tmp']}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 
-from deploy_helper import deploy, release_state, service_pid
+from deploy_helper import assert_sandboxed, deploy, release_state, service_pid
 
 API_KEY = "fixture-secret-key-do-not-print"
 
@@ -76,6 +76,7 @@ def test_unit_is_hardened(host):
         "User=vllm",
     ):
         assert expected in props
+    assert_sandboxed(host, service_pid(host))
     out = host.run("systemd-analyze security --no-pager vllm-default.service").stdout
     score = float(re.search(r"Overall exposure level for \S+: ([0-9.]+)", out).group(1))
     print(f"systemd-analyze security exposure: {score}")

@@ -7,8 +7,8 @@ import json
 import re
 from pathlib import Path
 
-from deploy_helper import deploy, release_state, run_playbook, service_pid
-from real_helper import API_KEY, TARGET, UNIT, complete
+from deploy_helper import assert_sandboxed, deploy, release_state, run_playbook, service_pid
+from real_helper import API_KEY, TARGET, UNIT, complete, engine_core_pid
 
 HERE = Path(__file__).resolve().parent
 
@@ -65,6 +65,9 @@ def test_the_unit_is_the_roles_own_hardened_unit_running_real_vllm_as_vllm(host)
                      "DevicePolicy=closed", "KillMode=mixed", "Restart=always",
                      "EnvironmentFiles=/etc/vllm/default.env"):  # fmt: skip
         assert expected in props, props
+    # ... and in force for real vLLM's API server and its engine core
+    for engine_pid in (pid, engine_core_pid(host)):
+        assert_sandboxed(host, engine_pid)
     env = host.file("/etc/vllm/default.env")
     assert env.mode == 0o600 and env.user == "root" and f"VLLM_API_KEY={API_KEY}" in env.content_string
     assert API_KEY not in host.file("/etc/vllm/default.yaml").content_string

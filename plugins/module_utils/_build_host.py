@@ -1,6 +1,6 @@
 # Copyright (c) vllm_ops.dflash contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""What the build host offers a build: the interpreter, the installer, MAX_JOBS, cache directories.
+"""What the build host offers a build: the interpreter, the installer, MAX_JOBS, cache directories, disk space.
 
 Read from the host, never assumed: which python and torch the build sees, how many compile jobs its
 CPUs and memory bear, and where caches live (under `<root>/cache/`, on the file system of the releases
@@ -27,6 +27,7 @@ __all__ = [
     "find_installer",
     "find_python",
     "max_jobs",
+    "no_space_hint",
     "probe_python",
 ]
 
@@ -35,6 +36,8 @@ GIB = 1024**3
 MEMORY_PER_JOB = 4 * GIB
 # The uv the vllm_install role provisions (a venv with a pinned uv) when the host has none.
 TOOLS_UV = os.path.join("tools", "bin", "uv")
+# What a full disk says in an error or a log tail (no_space_hint).
+_NO_SPACE = ("No space left on device", "[Errno 28]", "ENOSPC", "Disk quota exceeded")
 
 # The torch part only when asked: importing importlib.metadata is most of the probe's cost (~60 ms of CPU,
 # paid by every host's look; see bench/README.md "Fleet at real size").
@@ -162,3 +165,18 @@ def cache_env(
     if installer == "uv" and "UV_LINK_MODE" not in env:
         added["UV_LINK_MODE"] = "hardlink"
     return added
+
+
+def no_space_hint(root: str, text: str) -> str:
+    """'; no space left on device ...' when `text` (a log tail, an error) says so or the root's file system is full."""
+    free = None
+    with contextlib.suppress(OSError):
+        stat = os.statvfs(root if os.path.isdir(root) else os.path.dirname(root))
+        free = stat.f_bavail * stat.f_frsize
+    if not (any(sign in text for sign in _NO_SPACE) or (free is not None and free < 64 * 1024**2)):
+        return ""
+    left = f" ({free / 1024**2:.0f} MiB free)" if free is not None else ""
+    return (
+        f"; no space left on device on the file system of {root}{left}. Fix: free space there (old releases: "
+        f"vllm_release action=prune; caches: {os.path.join(root, 'cache')}) or give `root` a larger disk, then re-run"
+    )

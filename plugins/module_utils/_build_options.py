@@ -29,13 +29,13 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._precompiled impor
     PrecompiledError,
     parse_base,
 )
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._python_only import MODES as PYTHON_ONLY_MODES
 
 __all__ = [
     "BUILD_ARGUMENT_SPEC",
     "INSTALLERS",
     "MASK",
     "PRECOMPILED_ENV",
+    "PYTHON_ONLY_MODES",
     "VLLM_BUILD_ARGUMENT_SPEC",
     "BuildError",
     "BuildOptions",
@@ -52,6 +52,8 @@ __all__ = [
 ]
 
 MASK = "********"
+# The python_only option's values (_python_only): here, so the options do not import the bump they choose.
+PYTHON_ONLY_MODES = ("auto", "never")
 _HEX = re.compile(r"[0-9a-f]{4,40}")
 
 # The options that name a release (doc fragments vllm_ops.dflash.build, .common, .common.installer):

@@ -13,18 +13,15 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import json
 import os
-import sys
 import time
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional
 
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_names import named
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_options import (
     BuildError,
     BuildOptions,
-    OptionError,
-    canonical_package,
 )
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_paths import STAGING_PREFIX, Paths, relocate_venv
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import (
@@ -36,7 +33,6 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import (
 )
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._deadline import CommandInterrupted, Deadline, tail
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._dependency_plan import DependencyPlan
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._disk_budget import BudgetError, apply, plan
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._git import GitError, Resolution
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._lock import LockTimeout, host_lock
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._precompiled import Decision
@@ -54,14 +50,9 @@ __all__ = [
     "Plan",
     "discard_attempt",
     "failure_message",
-    "fit_after_build",
-    "fit_before_build",
     "host_locked",
-    "inputs_hash",
     "make_release",
-    "named",
     "prune_after_build",
-    "release_name",
     "remove_debris",
     "swap_in",
 ]
@@ -72,20 +63,6 @@ MANIFEST_SCHEMA = 1
 # look runs this in check mode on every host and never builds (issue 30: its imports were most of its host CPU).
 if TYPE_CHECKING:
     from ansible_collections.vllm_ops.dflash.plugins.module_utils._builder import Builder
-
-
-def inputs_hash(inputs: Mapping[str, Any]) -> str:
-    """sha256 of the canonical JSON of the build inputs."""
-    canonical = json.dumps(inputs, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
-
-
-def release_name(commit: Optional[str], digest: str, version: Optional[str] = None, package: str = "vllm") -> str:
-    """The one naming function: `<sha12>-<inputs8>` of a git commit, `<package>-<version>-<inputs8>` of a
-    release from an index (_release_install). _releases.RELEASE_NAME matches both."""
-    if version:
-        return f"{canonical_package(package)}-{version}-{digest[:8]}"
-    return f"{(commit or '')[:12]}-{digest[:8]}"
 
 
 def host_locked(opts: BuildOptions, deadline: Deadline) -> contextlib.ExitStack:
@@ -115,35 +92,6 @@ def prune_after_build(root: str, keep: int, made: str) -> List[str]:
     return list(run_action_unlocked(root, "prune", keep_releases=keep, protect=[made])["pruned"])
 
 
-def fit_before_build(
-    opts: BuildOptions, name: str, check_mode: bool, keep: Sequence[str] = ()
-) -> Optional[Dict[str, Any]]:
-    """With disk_budget_gb, before the attempt: an OptionError (nothing freed) when the root cannot hold the build
-    (_disk_budget's estimate) even with every part that may go freed, else the oldest parts freed until it can (in
-    check mode only predicted). `keep`: paths the build reads (its mirror). The result's `disk`; None unbounded."""
-    if opts.disk_budget_gb is None:
-        return None
-    try:
-        budget = plan(opts.root, opts.disk_budget_gb, paths=keep)
-        # No keep rule here: what goes beyond the budget's picks is the prune's after the build.
-        return apply(budget, sys.maxsize, f"the build of {name}", check_mode)
-    except BudgetError as exc:
-        raise OptionError(str(exc)) from exc
-
-
-def fit_after_build(
-    opts: BuildOptions, made: str, before: Optional[Dict[str, Any]], keep: Sequence[str] = ()
-) -> Optional[Dict[str, Any]]:
-    """After the attempt and its prune: the oldest parts freed while the root is over the budget, never the release
-    made (a root that still does not fit says so in `fits`: the release is there). `before` and this, as one."""
-    if opts.disk_budget_gb is None or before is None:
-        return None
-    budget = plan(opts.root, opts.disk_budget_gb, need=0, releases=[made], paths=keep)
-    after = apply(budget, sys.maxsize, f"{opts.root} after the build of {made}", False, strict=False)
-    return dict(before, used_bytes_after=after["used_bytes_after"], freed=before["freed"] + after["freed"],
-                fits=after["fits"], kept=after["kept"])  # fmt: skip
-
-
 def _check_wheel_sha256(wheel: str, expected: Optional[str]) -> None:
     """A wheel given from elsewhere is installed only with the sha256 its build gave it (issue 28 case 2): the
     copy taken into wheels/<name>/ is what is hashed, and removed on a mismatch (a later run would reuse it)."""
@@ -162,12 +110,6 @@ def _check_wheel_sha256(wheel: str, expected: Optional[str]) -> None:
 def _wheel_version(path: str) -> str:
     parts = os.path.basename(path).split("-")
     return parts[1] if len(parts) >= 5 else ""
-
-
-def named(commit: str, inputs: Mapping[str, Any], use_precompiled: bool) -> Tuple[str, str]:
-    """(digest, release name): the precompiled decision is a build input, its environment is not."""
-    digest = inputs_hash(dict(inputs, precompiled=use_precompiled))
-    return digest, release_name(commit, digest)
 
 
 def failure_message(cause: str, log_path: str) -> str:
@@ -358,7 +300,7 @@ def discard_attempt(root: str, builder: Builder, exc: BaseException) -> None:
     """After a failed attempt: remove the half release (never what serves) and the build directory, and raise
     the BuildError that names the log; returns (the caller re-raises) for what is no build failure (an
     interrupt)."""
-    from ansible_collections.vllm_ops.dflash.plugins.module_utils._builder import no_space_hint
+    from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_host import no_space_hint
 
     paths = builder.paths
     if paths.release != paths.final:

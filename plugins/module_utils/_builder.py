@@ -19,7 +19,7 @@ import shutil
 import urllib.parse
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_host import probe_python
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_host import no_space_hint, probe_python
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_options import (
     MASK,
     PRECOMPILED_ENV,
@@ -51,11 +51,10 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._wheel_overlay imp
 )
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._wheel_tags import base_tagged
 
-__all__ = ["KILL_GRACE", "TAIL_LINES", "Builder", "BuilderOptions", "no_space_hint", "note", "single_wheel"]
+__all__ = ["KILL_GRACE", "TAIL_LINES", "Builder", "BuilderOptions", "note", "single_wheel"]
 
 TAIL_LINES = 20
 KILL_GRACE = 10.0
-_NO_SPACE = ("No space left on device", "[Errno 28]", "ENOSPC", "Disk quota exceeded")
 
 
 def single_wheel(directory: str) -> Optional[str]:
@@ -438,18 +437,3 @@ def _scrub_file(path: str, secrets: List[str]) -> None:
         if scrubbed != text:
             with open(path, "w", encoding="utf-8", errors="surrogateescape") as handle:
                 handle.write(scrubbed)
-
-
-def no_space_hint(root: str, text: str) -> str:
-    """'; no space left on device ...' when `text` (a log tail, an error) says so or the root's file system is full."""
-    free = None
-    with contextlib.suppress(OSError):
-        stat = os.statvfs(root if os.path.isdir(root) else os.path.dirname(root))
-        free = stat.f_bavail * stat.f_frsize
-    if not (any(sign in text for sign in _NO_SPACE) or (free is not None and free < 64 * 1024**2)):
-        return ""
-    left = f" ({free / 1024**2:.0f} MiB free)" if free is not None else ""
-    return (
-        f"; no space left on device on the file system of {root}{left}. Fix: free space there (old releases: "
-        f"vllm_release action=prune; caches: {os.path.join(root, 'cache')}) or give `root` a larger disk, then re-run"
-    )

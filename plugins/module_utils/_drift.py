@@ -20,7 +20,8 @@ import urllib.error
 import urllib.request
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._build import BuildOptions, lookup
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_lookup import lookup
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_options import BuildOptions
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import (
     NoRedirectHandler,
     read_json,

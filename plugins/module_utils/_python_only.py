@@ -51,9 +51,8 @@ if TYPE_CHECKING:  # what _dependency_plan.DependencyPlan is to this module (it 
         def close(self) -> None: ...
 
 
-__all__ = ["MODES", "Refused", "build_from_earlier", "site_packages"]
+__all__ = ["Refused", "build_from_earlier", "site_packages"]
 
-MODES = ("auto", "never")
 # Paths outside the package that no wheel member comes from (README.md is METADATA's long description).
 NOT_PACKAGED = ("docs/", "tests/", "examples/", "benchmarks/", ".github/", ".buildkite/")
 MAX_CANDIDATES = 3

@@ -229,11 +229,11 @@ healthy:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._args import TEMPLATES_ARGS
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._build import (
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_options import (
     BUILD_ARGUMENT_SPEC,
     BuildError,
     build_options,
-    url_secrets,
+    option_secrets,
 )
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import redact_url
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._drift import (
@@ -273,7 +273,7 @@ def main() -> None:
         supports_check_mode=True,
     )
     params = module.params
-    module.no_log_values.update(url_secrets(params))
+    module.no_log_values.update(option_secrets(params))
     if params["templates"]:
         module.fail_json(
             msg="templates are rendered on the controller by vllm_drift's action plugin, which this call did not "

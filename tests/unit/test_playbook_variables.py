@@ -20,6 +20,7 @@ import jinja2
 import jinja2.nodes
 import pytest
 import yaml
+from helpers.playbook import files
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC_FILE = ROOT / "playbooks" / "vars" / "argument_specs.yml"
@@ -108,7 +109,9 @@ def role_names(root: Path = ROOT) -> set[str]:
 
 def own_variables(playbook: Path, shared: tuple[Path, ...] = tuple(SHARED_TASKS), root: Path = ROOT) -> set[str]:
     """The dflash_*/vllm_* variables a playbook reads that nothing but the playbook's user defines."""
-    documents = [yaml.safe_load(playbook.read_text()), *(yaml.safe_load(path.read_text()) for path in shared)]
+    # The playbook, the task files its plays include (the deploy's build and rollout) and the shared check.
+    paths = dict.fromkeys([*files(playbook.name, playbook.parent), *shared])
+    documents = [yaml.safe_load(path.read_text()) for path in paths]
     items = [item for document in documents for item in tasks_of(document)]
     reads = {name for document in documents for name in reads_of(document)}
     return {name for name in reads - defined_by(items) - role_names(root) if PREFIX.match(name)}
@@ -152,7 +155,7 @@ DEFAULT_CALL = re.compile(r"\b((?:dflash|vllm)_[a-z0-9_]+) \| default\(((?:[^()]
 @pytest.mark.parametrize(("playbook", "entry"), sorted(PLAYBOOKS.items()))
 def test_the_defaults_the_playbook_applies_are_the_spec_s(playbook, entry):
     options = spec_options(entry)
-    applied = DEFAULT_CALL.findall((ROOT / "playbooks" / playbook).read_text())
+    applied = DEFAULT_CALL.findall("\n".join(path.read_text() for path in files(playbook)))
     checked = [name for name, _literal in applied if name in options and "default" in options[name]]
     assert checked  # the pattern finds the playbook's defaults at all
     for name, literal in applied:

@@ -15,10 +15,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers.playbook import opened, task_file
 
 ROOT = Path(__file__).resolve().parents[3]
 PLAYBOOK = ROOT / "playbooks" / "deploy_dflash.yml"
+# The play as written (its one task includes tasks/rollout.yml) and the tasks that include runs.
 ROLLOUT = next(play for play in yaml.safe_load(PLAYBOOK.read_text()) if play["name"] == "Roll out vLLM with DFlash")
+ROLLOUT_TASKS = opened(ROLLOUT["tasks"])
 HOSTS = [f"gpu{i}" for i in range(1, 9)]
 
 
@@ -39,9 +42,10 @@ def stubbed(task: dict, fail_on: str) -> dict:
 def run_rollout(
     tmp_path: Path, fail_on: str = "", args: tuple = (), **extra: object
 ) -> tuple[list[str], subprocess.CompletedProcess]:
+    # The play with its include as written (tags and all); the included file's per-host block with its stubs, its
+    # other tasks as they are, but monitoring (a role, off).
     play = dict(ROLLOUT, hosts="gpu_hosts")
-    # The per-host block with its stubs; the play's other tasks as they are, but monitoring (a role, off).
-    play["tasks"] = [
+    tasks = [
         dict(
             task,
             block=[stubbed(t, fail_on) for t in task["block"]],
@@ -49,9 +53,13 @@ def run_rollout(
         )
         if "block" in task
         else task
-        for task in play["tasks"]
+        for task in ROLLOUT_TASKS
         if "ansible.builtin.include_role" not in task
     ]
+    (included,) = [task_file(task, tmp_path) for task in play["tasks"]]
+    assert included is not None
+    included.parent.mkdir(parents=True, exist_ok=True)
+    included.write_text(yaml.safe_dump(tasks, sort_keys=False))
     (tmp_path / "play.yml").write_text(yaml.safe_dump([play], sort_keys=False))
     hook = tmp_path / "hook.yml"
     hook.write_text(

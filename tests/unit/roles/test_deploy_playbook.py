@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
+from helpers.playbook import plays
 
 PLAYBOOK = Path(__file__).resolve().parents[3] / "playbooks" / "deploy_dflash.yml"
-PLAYS = {play["name"]: play for play in yaml.safe_load(PLAYBOOK.read_text())}
+PLAYS = plays(PLAYBOOK.name)  # the build and rollout plays' included task files opened up
 INVENTORY = ["gpu1", "gpu2", "gpu3", "gpu4"]
 
 
@@ -295,3 +299,42 @@ def test_the_wheel_copied_through_the_controller_is_checked_against_the_build(tm
     assert f"not the build's {built_sha}" in proc.stdout and "Nothing was installed" in proc.stdout, json.dumps(
         proc.stdout[-3000:]
     )
+
+
+# ---------------------------------------------------------------- a no-op run parses only the look (issue 30 item 2)
+
+WRITTEN = {play["name"]: play for play in yaml.safe_load(PLAYBOOK.read_text())}
+
+
+@pytest.mark.parametrize(
+    ("play", "task_file"),
+    [("Build vLLM once for the fleet", "tasks/fleet_build.yml"), ("Roll out vLLM with DFlash", "tasks/rollout.yml")],
+)
+def test_the_build_and_the_rollout_are_included_under_any_tags(play, task_file):
+    # Included, so parsed only when a host reaches the play; tagged always, so the include runs under any --tags
+    # and its tasks are filtered by their own tags, as they were when written in the play.
+    (include,) = WRITTEN[play]["tasks"]
+    assert include["ansible.builtin.include_tasks"] == {"file": task_file}
+    assert include["tags"] == ["always"]
+    assert "apply" not in include["ansible.builtin.include_tasks"]  # no tags handed on to the included tasks
+
+
+def test_a_run_parses_the_rollout_s_roles_only_when_a_host_reaches_them():
+    listed = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", str(PLAYBOOK), "--list-tasks"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(PLAYBOOK.parents[1] / ".cache" / "ac")),
+    )
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    assert "vllm_ops.dflash.vllm_install : Would a deploy change this host" in listed.stdout  # the look: parsed
+    assert "Install, configure, serve and gate each host" in listed.stdout  # the include itself
+    # What the included files hold, and the roles only they import: not parsed.
+    for name in (
+        "Take this host's deploy lock",
+        "Check the hosts' prerequisites",
+        "dflash_rollback :",
+        "prerequisites :",
+    ):
+        assert name not in listed.stdout, name

@@ -90,6 +90,7 @@ def tasks_from_uses() -> set[tuple[str, str]]:
     """(role, tasks_from) of every import_role/include_role of the playbooks, the roles and the molecule plays."""
     files = [
         *ROOT.glob("playbooks/*.yml"),
+        *ROOT.glob("playbooks/tasks/*.yml"),  # what the deploy's build and rollout plays include
         *ROOT.glob("roles/*/tasks/*.yml"),
         *ROOT.glob("extensions/molecule/*/*.yml"),
     ]

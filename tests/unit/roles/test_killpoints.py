@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers.playbook import plays
 
 ROOT = Path(__file__).resolve().parents[3]
 PLAYBOOK = ROOT / "playbooks" / "deploy_dflash.yml"
@@ -216,7 +217,7 @@ def _rescue(task: dict) -> dict:
 
 
 def _rollout_play() -> dict:
-    rollout = next(p for p in yaml.safe_load(PLAYBOOK.read_text()) if p["name"] == "Roll out vLLM with DFlash")
+    rollout = plays(PLAYBOOK.name)["Roll out vLLM with DFlash"]  # tasks/rollout.yml opened up
     play = dict(rollout, hosts="gpu_hosts")
     play["tasks"] = [
         dict(task, block=[_stand_ins(t) for t in task["block"]], rescue=[_rescue(t) for t in task["rescue"]])

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-import yaml
-
-PLAYBOOKS = Path(__file__).resolve().parents[3] / "playbooks"
+from helpers.playbook import plays
 
 
 def _plays(name: str) -> list:
-    return yaml.safe_load((PLAYBOOKS / name).read_text())
+    return list(plays(name).values())  # included task files opened up
 
 
 def _tasks(tasks: list):

@@ -11,11 +11,12 @@ import pytest
 import yaml
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
+from helpers.playbook import plays
 
 REPO = Path(__file__).resolve().parents[3]
 ROLE = REPO / "roles" / "vllm_install"
 SHARED = REPO / "roles" / "vllm"  # the vllm_* defaults and their spec, a dependency of ROLE
-PLAYS = {play["name"]: play for play in yaml.safe_load((REPO / "playbooks" / "deploy_dflash.yml").read_text())}
+PLAYS = plays("deploy_dflash.yml")
 BUILD_TASKS = {task["name"]: task for task in PLAYS["Build vLLM once for the fleet"]["tasks"]}
 ROLLOUT_INSTALL = next(
     task for task in PLAYS["Roll out vLLM with DFlash"]["tasks"] if task["name"] == "Install, configure, serve and gate"

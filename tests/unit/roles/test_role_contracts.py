@@ -48,7 +48,12 @@ def role_task_files(root: Path = ROOT) -> list[Path]:
 
 
 def playbooks(root: Path = ROOT) -> list[Path]:
-    return sorted((root / "playbooks").glob("*.yml")) + sorted((root / "extensions" / "molecule").glob("*/*.yml"))
+    # playbooks/tasks/: the task files the playbooks' plays include (the deploy's build and rollout).
+    return (
+        sorted((root / "playbooks").glob("*.yml"))
+        + sorted((root / "playbooks" / "tasks").glob("*.yml"))
+        + sorted((root / "extensions" / "molecule").glob("*/*.yml"))
+    )
 
 
 def registers(files: list[Path]) -> dict[str, Path]:

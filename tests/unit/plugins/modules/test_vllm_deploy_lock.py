@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers.playbook import plays
 
 ROOT = Path(__file__).resolve().parents[4]
 BIN = Path(sys.executable).parent
@@ -18,7 +19,7 @@ PLAYBOOK = ROOT / "playbooks" / "deploy_dflash.yml"
 
 @pytest.mark.slow
 def test_a_second_deploy_cannot_take_the_lock_and_the_first_releases_it(tmp_path):
-    rollout = next(play for play in yaml.safe_load(PLAYBOOK.read_text()) if play["name"] == "Roll out vLLM with DFlash")
+    rollout = plays(PLAYBOOK.name)["Roll out vLLM with DFlash"]
     tasks = {task["name"]: task for task in rollout["tasks"]}
     name_it, take = tasks["Name this deploy for its lock"], tasks["Take this host's deploy lock"]
     (release,) = tasks["Install, configure, serve and gate"]["always"]

@@ -7,7 +7,8 @@ host) before the module ran: every per-host task costs the controller a worker, 
 0.70-0.84 s of controller CPU against a ping's 0.06 s (bench/README.md). Here the renders happen in the one
 task's worker, with the same lookup the roles' expected_files use (`ansible.builtin.template`: the same
 bytes, the same ansible_managed and template_* variables), and only path, sha256 and mode reach the host:
-the environment file's secrets never leave the controller. Without `templates` this is the module alone.
+the environment file's secrets never leave the controller. `refusals` are the roles' own checks, made first:
+a message fails the task before anything is rendered or sent. Without either this is the module alone.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.common.text.converters import to_bytes
 from ansible.plugins.action import ActionBase
 from ansible.plugins.loader import lookup_loader
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._args import TEMPLATES_ARGS
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._args import LOOK_ARGS
 
 MODULE = "vllm_ops.dflash.vllm_drift"
 # This collection's roles, whose templates/ an item names with `role` (plugins/action/ -> the collection).
@@ -57,9 +58,13 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         del tmp  # no temporary files: only the module runs on the host
         args = dict(self._task.args)
-        checked = ArgumentSpecValidator(TEMPLATES_ARGS).validate({"templates": args.pop("templates", None) or []})
+        checked = ArgumentSpecValidator(LOOK_ARGS).validate({name: args.pop(name, None) or [] for name in LOOK_ARGS})
         if checked.error_messages:
-            raise AnsibleActionFail(f"templates: {'; '.join(checked.error_messages)}")
+            raise AnsibleActionFail("; ".join(checked.error_messages))
+        # The roles' own checks (names, env values, unit overrides), here rather than in a task per check and host.
+        refused = [message.strip() for message in checked.validated_parameters["refusals"] if message.strip()]
+        if refused:
+            raise AnsibleActionFail(" ".join(refused))
         try:
             rendered = [self._expected(item, task_vars) for item in checked.validated_parameters["templates"]]
         except AnsibleError as exc:

@@ -25,10 +25,10 @@ __all__ = [
     "INSTANCE_ARGS",
     "KEEP_RELEASES",
     "KEEP_RELEASES_ARGS",
+    "LOOK_ARGS",
     "PYTHON",
     "ROOT",
     "ROOT_ARGS",
-    "TEMPLATES_ARGS",
 ]
 
 ROOT = "/opt/vllm"
@@ -54,9 +54,10 @@ INSTALLER_ARGS: Spec = {
 KEEP_RELEASES_ARGS: Spec = {"keep_releases": {"type": "int", "default": KEEP_RELEASES}}
 # The most the root may hold (vllm_build, vllm_release prune): the oldest caches, mirrors, wheels and releases go.
 DISK_BUDGET_ARGS: Spec = {"disk_budget_gb": {"type": "float", "default": DISK_BUDGET_GB}}
-# The templates of vllm_drift's look: rendered and hashed by its action plugin on the controller (the module
-# alone refuses them), so the action and the module's docs read one spec.
-TEMPLATES_ARGS: Spec = {
+# What vllm_drift's action plugin takes on the controller (the module alone refuses them), so the action and the
+# module's docs read one spec: the templates it renders and hashes, and the refusals of the roles' own checks.
+LOOK_ARGS: Spec = {
+    "refusals": {"type": "list", "elements": "str", "default": []},
     "templates": {
         "type": "list",
         "elements": "dict",
@@ -72,5 +73,5 @@ TEMPLATES_ARGS: Spec = {
             "input_extra": {"type": "str", "default": ""},
             "input_record": {"type": "path"},
         },
-    }
+    },
 }

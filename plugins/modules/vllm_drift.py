@@ -73,6 +73,15 @@ options:
             "sha256"}). A missing or unreadable record proves nothing (the file differs unless O(files[].sha256)
             matches).
         type: path
+  refusals:
+    description:
+      - Messages of checks made on the controller before the look, one per check, empty when it passed - the roles'
+        own refusals (C(dflash_gate_names_refusal), C(dflash_config_env_refusal), C(vllm_service_overrides_refusal)),
+        which the deploy's look passes. Read by this module's action plugin - any message fails the task, naming
+        what to fix, before a template is rendered or the host is reached.
+    type: list
+    elements: str
+    default: []
   templates:
     description:
       - Templates of this collection's roles a deploy would write, rendered on the controller by this module's
@@ -228,7 +237,7 @@ healthy:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._args import TEMPLATES_ARGS
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._args import LOOK_ARGS
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_options import (
     BUILD_ARGUMENT_SPEC,
     BuildError,
@@ -262,7 +271,7 @@ def main() -> None:
                     "input_record": {"type": "path"},
                 },
             },
-            **TEMPLATES_ARGS,
+            **LOOK_ARGS,
             "health_url": {"type": "str"},
             "recorded_inputs": {"type": "list", "elements": "path", "default": []},
             "unit": {"type": "str"},
@@ -274,10 +283,10 @@ def main() -> None:
     )
     params = module.params
     module.no_log_values.update(option_secrets(params))
-    if params["templates"]:
+    if params["templates"] or any(params["refusals"]):
         module.fail_json(
-            msg="templates are rendered on the controller by vllm_drift's action plugin, which this call did not "
-            "go through (the module alone takes files: their sha256); call vllm_ops.dflash.vllm_drift as a task"
+            msg="templates and refusals are read on the controller by vllm_drift's action plugin, which this call did "
+            "not go through (the module alone takes files: their sha256); call vllm_ops.dflash.vllm_drift as a task"
         )
     try:
         files = [FileExpectation.from_dict(item) for item in params["files"]]

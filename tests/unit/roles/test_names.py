@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 from helpers.role_play import run_entry_point as _play
+from helpers.role_play import run_playbook
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -44,12 +45,49 @@ def test_plain_names_pass(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:]
 
 
-def test_the_deploy_and_the_rollback_check_the_names_first():
-    for playbook, play in (("deploy_dflash.yml", "Look at every host first"), ("rollback.yml", "Roll back vLLM")):
-        plays = {p["name"]: p for p in yaml.safe_load((ROOT / "playbooks" / playbook).read_text())}
-        tasks = plays[play]["tasks"]
-        # only the playbook's own variable check (controller side, reads no name into a path) may come before
-        roles = [i for i, task in enumerate(tasks) if "ansible.builtin.import_role" in task]
-        assert all("tasks/check_variables.yml" in str(task) for task in tasks[: roles[0]]), playbook
-        first = tasks[roles[0]]["ansible.builtin.import_role"]
-        assert (first["name"], first["tasks_from"]) == ("vllm_ops.dflash.dflash_gate", "names"), playbook
+def test_the_rollback_checks_the_names_first():
+    plays = {p["name"]: p for p in yaml.safe_load((ROOT / "playbooks" / "rollback.yml").read_text())}
+    tasks = plays["Roll back vLLM"]["tasks"]
+    # only the playbook's own variable check (controller side, reads no name into a path) may come before
+    roles = [i for i, task in enumerate(tasks) if "ansible.builtin.import_role" in task]
+    assert all("tasks/check_variables.yml" in str(task) for task in tasks[: roles[0]])
+    first = tasks[roles[0]]["ansible.builtin.import_role"]
+    assert (first["name"], first["tasks_from"]) == ("vllm_ops.dflash.dflash_gate", "names")
+
+
+def deploy_look(tmp_path: Path, extra: dict) -> str:
+    """The deploy playbook against a host whose SSH port refuses: what a run prints before and at the first contact."""
+    inventory = {
+        "gpu_hosts": {
+            "hosts": {"gpu1": {"ansible_host": "127.0.0.1", "ansible_port": 9, "ansible_connection": "ssh"}},
+            "vars": {"vllm_repo": "https://example.invalid/vllm.git", "vllm_ref": "main"},
+        }
+    }
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory))
+    proc = run_playbook(tmp_path, "hosts.yml", str(ROOT / "playbooks" / "deploy_dflash.yml"), extra)
+    return proc.stdout + proc.stderr
+
+
+SECRET = "hf_secret_value_do_not_print"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"vllm_instance": "x;touch /tmp/pwned"}, "vllm_instance is not a plain name"),
+        ({"vllm_api_key": f"{SECRET}\nLD_PRELOAD=/tmp/evil.so"}, "vllm_api_key: a value with a line break"),
+        ({"vllm_service_unit_overrides": {"ProtectHome": "no\nExecStartPre=/bin/sh"}}, "fix ProtectHome"),
+        ({}, None),  # the control: the same run with plain values reaches the host (and finds it unreachable)
+    ],
+    ids=["name", "env-value", "unit-override", "plain"],
+)
+def test_the_deploy_s_look_refuses_before_it_reaches_a_host(tmp_path, extra, message):
+    # The look has no check task of its own: vllm_drift's action makes the roles' checks on the controller first.
+    out = deploy_look(tmp_path, extra)
+    if message is None:
+        assert "UNREACHABLE!" in out, out[-3000:]
+        return
+    assert message in out, out[-3000:]
+    assert "UNREACHABLE!" not in out and "unreachable=0" in out, out[-3000:]
+    assert SECRET not in out, "a value reached the output"

@@ -105,7 +105,8 @@ def fixture_look() -> tuple[dict, list, dict]:
     """The look task run through the action: (its vars templated, the module calls, the variables)."""
     variables = role_variables(**INVENTORY)
     task_vars = templated(look_task()["vars"], variables)
-    plugin, calls = action({"templates": task_vars["vllm_drift_templates"], "files": []}, variables)
+    args = {"refusals": task_vars["vllm_drift_refusals"], "templates": task_vars["vllm_drift_templates"], "files": []}
+    plugin, calls = action(args, variables)
     assert plugin.run(task_vars=variables)["unchanged"] is True
     return task_vars, calls, variables
 
@@ -140,7 +141,7 @@ def test_no_content_reaches_the_host(look):
     [(_module, args)] = calls
     sent = json.dumps(args)
     assert HF_TOKEN not in sent and API_KEY not in sent
-    assert "templates" not in args
+    assert "templates" not in args and "refusals" not in args
     for item in args["files"]:
         assert set(item) <= {"path", "sha256", "mode", "owner", "group", "input_sha256", "input_record"}
 
@@ -174,3 +175,34 @@ def test_the_renders_leave_the_task_variables_as_they_were():
     plugin.run(task_vars=variables)
     assert {key: repr(value) for key, value in variables.items()} == before
     assert len(calls) == 1
+
+
+@pytest.mark.parametrize(
+    ("inventory", "message"),
+    [
+        ({"vllm_instance": "x;touch /tmp/pwned"}, "vllm_instance is not a plain name"),
+        (
+            {"vllm_extra_env": {"FOO": f"{HF_TOKEN}\nLD_PRELOAD=/tmp/evil.so"}},
+            "vllm_extra_env.FOO: a value with a line",
+        ),
+        ({"vllm_service_unit_overrides": {"protecthome": "yes"}}, "fix protecthome"),
+    ],
+    ids=["name", "env-value", "unit-override"],
+)
+def test_the_roles_refusals_fail_the_look_before_a_render_or_the_host(inventory, message):
+    # The look's refusals are the roles' own messages (their vars/main.yml, as their check tasks read them).
+    variables = role_variables(**{**INVENTORY, **inventory})
+    task_vars = templated(look_task()["vars"], variables)
+    refused = [text for text in task_vars["vllm_drift_refusals"] if text]
+    assert len(refused) == 1 and message in refused[0] and HF_TOKEN not in refused[0]
+    # a template that does not exist would fail its render: the refusal comes first, and nothing is sent
+    templates = [*task_vars["vllm_drift_templates"], {"role": "dflash_config", "src": "nope.j2", "path": "/etc/x"}]
+    plugin, calls = action({"refusals": task_vars["vllm_drift_refusals"], "templates": templates}, variables)
+    with pytest.raises(AnsibleActionFail, match=message):
+        plugin.run(task_vars=variables)
+    assert calls == []
+
+
+def test_plain_values_refuse_nothing(look):
+    task_vars = look[0]
+    assert task_vars["vllm_drift_refusals"] == ["", "", ""]

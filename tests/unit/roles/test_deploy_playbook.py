@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -319,7 +320,9 @@ def test_the_build_and_the_rollout_are_included_under_any_tags(play, task_file):
     assert "apply" not in include["ansible.builtin.include_tasks"]  # no tags handed on to the included tasks
 
 
-def test_a_run_parses_the_rollout_s_roles_only_when_a_host_reaches_them():
+@functools.lru_cache(maxsize=1)
+def listed_tasks() -> str:
+    """`ansible-playbook --list-tasks` of the deploy playbook: what a run parses before the first play."""
     listed = subprocess.run(
         [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", str(PLAYBOOK), "--list-tasks"],
         capture_output=True,
@@ -328,8 +331,13 @@ def test_a_run_parses_the_rollout_s_roles_only_when_a_host_reaches_them():
         env=dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(PLAYBOOK.parents[1] / ".cache" / "ac")),
     )
     assert listed.returncode == 0, listed.stderr[-2000:]
-    assert "vllm_ops.dflash.vllm_install : Would a deploy change this host" in listed.stdout  # the look: parsed
-    assert "Install, configure, serve and gate each host" in listed.stdout  # the include itself
+    return listed.stdout
+
+
+def test_a_run_parses_the_rollout_s_roles_only_when_a_host_reaches_them():
+    listed = listed_tasks()
+    assert "vllm_ops.dflash.vllm_install : Would a deploy change this host" in listed  # the look: parsed
+    assert "Install, configure, serve and gate each host" in listed  # the include itself
     # What the included files hold, and the roles only they import: not parsed.
     for name in (
         "Take this host's deploy lock",
@@ -337,4 +345,20 @@ def test_a_run_parses_the_rollout_s_roles_only_when_a_host_reaches_them():
         "dflash_rollback :",
         "prerequisites :",
     ):
-        assert name not in listed.stdout, name
+        assert name not in listed, name
+
+
+def test_the_look_has_no_task_but_the_playbook_s_checks_the_drift_and_the_queue():
+    # Every task of the look is a round of the strategy in every no-op run, most of them one worker per host:
+    # the roles' checks are vllm_drift's refusals and their look entry points have no task (bench/README.md).
+    look = listed_tasks().split("  play #2")[0].split("    tasks:\n", 1)[1]
+    tasks = {line.strip().split("\t")[0] for line in look.splitlines() if line.strip()}
+    assert {task for task in tasks if "Validating arguments against arg spec 'main'" not in task} == {
+        "Check the types and choices of the playbook's variables",
+        "Check the batches",
+        "vllm_ops.dflash.vllm_install : Would a deploy change this host",
+        "vllm_ops.dflash.vllm_install : Publish what a deploy would change",
+        "Queue the hosts a deploy would change, and say why",
+    }
+    # the shared role's validation only (the imports' own are off: rolespec_validate false)
+    assert {task.split(" : ")[0] for task in tasks if "Validating arguments" in task} == {"vllm_ops.dflash.vllm"}

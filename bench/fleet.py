@@ -16,6 +16,9 @@ before the next size. Ratios:
                                      host with the arguments the no-op's look sent, nothing on the controller
   builds per distinct build input    hosts that compiled a release / distinct releases
 
+The no-op's CPU per host (issue 30: controller <= 0.3 s, hosts <= 0.45 s) is the median no-op of the whole
+fleet less the median of the same no-op on half of it (`--limit`), run between them, per host added.
+
     .venv/bin/python bench/fleet.py [--sizes 3 6] [--pad-mb 300] [--forks F] [--distribution peer|controller] [--keep]
 """
 
@@ -206,15 +209,19 @@ def one_fleet(size: int, pad_mb: int, forks: int, distribution: str, keep: bool,
         one_pull = bench.playbook(f"n{size}-one-pull", str(pull))
         floor_play = bench.work / "floor.yml"
         floor_play.write_text(FLOOR_PLAY)
-        noops, floors, steps = [], [], []
+        noops, floors, steps, halves = [], [], [], []
         look_play = bench.work / "look-step.yml"
+        half = ("--limit", ",".join(bench.names[: size // 2]))
         for index in range(NOOP_RUNS):
             floors.append(bench.playbook(f"n{size}-floor-{index}", str(floor_play)).wall)
             noops.append(measured_noop(bench, f"n{size}-deploy-{index + 2}-noop", *how))
+            # The same no-op on half the fleet, between two of the whole: the CPU a host adds, side by side.
+            halves.append(measured_noop(bench, f"n{size}-half-noop-{index}", *how, *half)[1])
             if index == 0:
                 look_play.write_text(look_step_play(noops[0][0]))
             steps.append(bench.playbook(f"n{size}-look-step-{index}", str(look_play)).wall)
         noop, noop_cpu = sorted(noops, key=lambda run_cpu: run_cpu[0].wall)[NOOP_RUNS // 2]
+        added = size - size // 2
         builds, holders = bench.builds()
         log(f"N={size}: measured ({disk_and_memory()})")
         figures = figures_of(size, first, one, one_pull if distribution == "peer" else one, noop, wheel)
@@ -223,6 +230,15 @@ def one_fleet(size: int, pad_mb: int, forks: int, distribution: str, keep: bool,
             "distribution": distribution,
             **figures,
             "noop_cpu": noop_cpu,
+            # Medians of the whole fleet's no-ops less those of half of it, per host added.
+            "noop_cpu_per_host": {
+                part: round(
+                    (statistics.median(cpu[part] for _run, cpu in noops) - statistics.median(h[part] for h in halves))
+                    / added,
+                    2,
+                )
+                for part in ("controller_cpu_seconds", "hosts_cpu_seconds")
+            },
             "noop_runs_seconds": [round(pair[0].wall, 1) for pair in noops],
             "noop_changed_all": [pair[0].changed() for pair in noops],
             "floor_seconds": round(statistics.median(floors), 2),
@@ -294,7 +310,9 @@ def report(fleets: List[Dict[str, Any]], seconds: float) -> str:
             "fetch to the controller "
             f"{fleet['fetch_seconds']} s; deploy {fleet['deploy_seconds']} s; no-op {fleet['noop_seconds']} s "
             f"(changed {fleet['noop_changed']}; CPU: controller {fleet['noop_cpu']['controller_cpu_seconds']} s, hosts "
-            f"{fleet['noop_cpu']['hosts_cpu_seconds']} s; runs {fleet['noop_runs_seconds']}); "
+            f"{fleet['noop_cpu']['hosts_cpu_seconds']} s; runs {fleet['noop_runs_seconds']}; per host, against "
+            f"half the fleet alternated: controller {fleet['noop_cpu_per_host']['controller_cpu_seconds']} s "
+            f"(goal <= 0.3), hosts {fleet['noop_cpu_per_host']['hosts_cpu_seconds']} s (goal <= 0.45)); "
             f"floor (one ping per host) {fleet['floor_seconds']} s (runs {fleet['floor_runs_seconds']}); "
             f"the look's remote step alone {fleet['look_step_seconds']} s (runs {fleet['look_step_runs_seconds']}); "
             f"builds per input {fleet['builds_per_input']} (goal == 1), "

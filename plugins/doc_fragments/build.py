@@ -100,7 +100,7 @@ options:
         C(csrc/), C(cmake/), any C(CMakeLists.txt), C(setup.py), C(requirements/), C(pyproject.toml),
         C(vllm/_custom_ops.py), C(rust/), C(rust-toolchain.toml), C(tools/build_rust.py) and the Python files of
         the kernel packages vLLM ships in its wheel (C(vllm/vllm_flash_attn/), C(vllm/third_party/flashmla/) and
-        the like; the list is C(COMPILED_PATHS) in C(module_utils/_precompiled.py)).
+        the like; the list is C(COMPILED_PATHS) in C(module_utils/_precompiled_data.py)).
       - The base wheel is O(precompiled_wheel), and its commit O(precompiled_wheel_commit), else what the wheel says
         of itself - C(__commit_id__) in its C(vllm/_version.py), the C(+g<hash>) of its version, or for a release
         wheel (C(vllm-0.26.0-...whl)) the tag C(v0.26.0). A wheel whose commit the repository does not hold, or one

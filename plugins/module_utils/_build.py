@@ -27,13 +27,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_decision im
     needs_mirror,
 )
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_host import cache_env, derive_max_jobs, max_jobs
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_lookup import (
-    Make,
-    Resolved,
-    check_expected,
-    existing,
-    run,
-)
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_lookup import Resolved, check_expected, existing
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_names import inputs_hash, named, release_name
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_options import (
     BUILD_ARGUMENT_SPEC,
@@ -59,6 +53,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_release imp
     prune_after_build,
 )
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_result import exists, result
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_run import Make, run
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_status import STATUS_NAME, StatusFile
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import redact_url
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._deadline import Deadline
@@ -70,7 +65,8 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._git import (
     fetch_short_sha,
 )
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._installer import Installer
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._precompiled import Decision, PrecompiledError
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._precompiled import Decision
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._precompiled_data import PrecompiledError
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._release_install import install_release
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._releases import release_path
 
@@ -128,8 +124,7 @@ def _make_git(opts: BuildOptions, found: Resolved, status: StatusFile) -> Dict[s
             check_expected(opts, resolution.commit, repo)
         built = existing(opts, resolution.commit, inputs)  # built by whoever held the lock before us
         if built is not None:
-            name, digest, manifest = built
-            return exists(opts, resolution, name, digest, started, manifest)
+            return exists(opts, resolution, built.name, built.digest, started, built.manifest)
         plan = _plan(opts, resolution, repo, mirror, inputs, installer, deadline, status)
         if plan.existing is not None:
             return exists(opts, resolution, plan.name, plan.digest, started, plan.existing)

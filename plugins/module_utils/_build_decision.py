@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The precompiled decision of one vllm_build run, from its options: _precompiled.decide() fed by BuildOptions.
 
-_precompiled decides from plain values and knows nothing of the options (the options import its MODES);
+_precompiled decides from plain values and knows nothing of the options (they import _precompiled_data's MODES);
 this file reads the options, fetches precompiled_base into the mirror when the decision needs it, and
 predicts the decision in check mode from the mirror as it is.
 """
@@ -27,15 +27,14 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._git import (
 )
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._precompiled import (
     Decision,
-    PrecompiledError,
     base_dest_ref,
     base_label,
     decide,
     local_base_wheels,
     needs_git,
-    parse_base,
     same_repo,
 )
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._precompiled_data import PrecompiledError, parse_base
 
 __all__ = ["decide_for", "fetch_base", "fetch_base_and_decide", "needs_mirror", "predict_decision", "wheel_decision"]
 

@@ -1,46 +1,41 @@
 # Copyright (c) vllm_ops.dflash contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The run of vllm_build up to the host lock: which release the options name here and whether it is built.
+"""Which release the build options name on this host, and whether it is built: vllm_drift's look.
 
-A run validates the options, resolves the ref (or, for `version`, probes what names a release from an index:
-_release_plan), names the release from the commit and the build inputs and looks for it. Found, the run is
-done; in check mode it predicts what a build would do. Only then does it need the build itself: `run` takes
-that part as `make` (_build's, under the host lock), and vllm_drift's look is `lookup`, the run in check mode.
+The part of vllm_build's run that only reads: the options checked, the ref resolved (or, for `version`, the
+release's inputs from this host's interpreter and installer), the release named and looked for. What it does not
+find, the run (_build_run) predicts in check mode or builds.
 
-Apart from the build (_build, _build_release, _builder and what they import) so that the look's module, which
-AnsiballZ ships to every host with every core it imports, carries only this part (issue 30: the scan of
-vllm_drift's imports was most of a no-op's fixed controller CPU).
+Apart from the prediction and the build so that the look's module, which AnsiballZ ships to every host with every
+core it imports, carries only this part (issue 30: the build's cores, then the decision's and packaging's tags,
+were most of what the look shipped and its hosts imported).
 """
 
 from __future__ import annotations
 
-import errno
 import os
 import time
-from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_budget import fit_before_build
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_decision import predict_decision, wheel_decision
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_host import (
     find_installer,
     find_python,
-    no_space_hint,
     probe_python,
 )
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_names import inputs_hash, named
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_names import inputs_hash, named, release_name
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_options import (
     BuildError,
     BuildOptions,
     OptionError,
+    canonical_package,
     option_secrets,
     recorded_build_env,
     recorded_pip_args,
     validate,
 )
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_paths import builds_beside, read_manifest
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_result import exists, result
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_paths import read_manifest
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_status import StatusFile
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import linked_out, redact_url
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import linked_out, redact_url, sha256_file
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._deadline import Deadline
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._git import (
     GitError,
@@ -51,14 +46,28 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._git import (
     resolve_short_sha,
 )
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._installer import Installer
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._precompiled import (
-    PrecompiledError,
-    compiled_from_its_sources,
-)
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._release_plan import ReleasePlan, plan_release
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._releases import RELEASES_DIR, WHEELS_DIR, release_path
 
-__all__ = ["Lookup", "Make", "Resolved", "check_expected", "existing", "lookup", "run"]
+__all__ = [
+    "Found",
+    "Lookup",
+    "ReleasePlan",
+    "Resolved",
+    "check_expected",
+    "compiled_from_its_sources",
+    "existing",
+    "lookup",
+    "plan_index_release",
+    "resolve",
+]
+
+
+class Found(NamedTuple):
+    """A release the options name that is built here: its name, inputs digest and manifest."""
+
+    name: str
+    digest: str
+    manifest: Dict[str, Any]
 
 
 class Resolved(NamedTuple):
@@ -74,30 +83,55 @@ class Resolved(NamedTuple):
     started: float
 
 
-class Make(NamedTuple):
-    """The build itself (_build's): a git ref's release, and a release from an index, each under the host lock."""
+class ReleasePlan(NamedTuple):
+    """A release from an index (`version`): what names it here, and all its install starts from."""
 
-    git: Callable[[BuildOptions, Resolved, StatusFile], Dict[str, Any]]
-    release: Callable[[BuildOptions, ReleasePlan, StatusFile], Dict[str, Any]]
+    python: str
+    installer: Installer
+    inputs: Dict[str, Any]
+    digest: str
+    name: str
+    deadline: Deadline
+    started: float
 
 
-def existing(opts: BuildOptions, commit: str, inputs: Mapping[str, Any]) -> Optional[Tuple[str, str, Dict]]:
-    """An already built release of `commit` that this run accepts: (name, digest, manifest).
+class Lookup(NamedTuple):
+    """What the build options name on this host, read only: vllm_drift's question."""
 
-    auto accepts a full build, and a precompiled one only if auto decided it (from the diff): one forced
-    with `always` may hold compiled modules that do not match the commit's sources.
+    release_name: Optional[str]  # None: not built, and its name waits on the precompiled decision or the short SHA
+    commit: Optional[str]
+    built: bool  # the release is there, complete: a run would change nothing
+    msg: str  # "<name> exists", or what a run would do
+
+
+def compiled_from_its_sources(manifest: Mapping[str, Any]) -> bool:
+    """Whether a release's compiled modules match its own commit: a full build, or a precompiled one that
+    `auto` decided from the diff. One forced with `always` was never checked against its sources."""
+    return not manifest.get("precompiled") or (manifest.get("precompiled_details") or {}).get("mode") == "auto"
+
+
+def _variants(opts: BuildOptions) -> List[bool]:
+    """The precompiled variants of a commit this run accepts, in the order it looks for them.
+
+    auto accepts a full build, and a precompiled one only if auto decided it (from the diff): one forced with
+    `always` may hold compiled modules that do not match the commit's sources. A wheel built elsewhere with its
+    decision (`wheel_precompiled`) is that variant alone.
     """
-    choices = {"never": [False], "always": [True]}.get(opts.precompiled, [False, True])
-    if wheel_decision(opts) is not None:  # the wheel's own variant, not an earlier build of the other
-        choices = [bool(opts.wheel_precompiled)]
-    for use in choices:
+    if opts.wheel and opts.precompiled == "auto" and opts.wheel_precompiled is not None:
+        return [bool(opts.wheel_precompiled)]
+    return {"never": [False], "always": [True]}.get(opts.precompiled, [False, True])
+
+
+def existing(opts: BuildOptions, commit: str, inputs: Mapping[str, Any]) -> Optional[Found]:
+    """An already built release of `commit` that this run accepts."""
+    for use in _variants(opts):
         digest, name = named(commit, inputs, use)
         manifest = read_manifest(release_path(opts.root, name))
         if manifest is None:
             continue
         if opts.precompiled == "auto" and not compiled_from_its_sources(manifest):
             continue
-        return name, digest, manifest
+        return Found(name, digest, manifest)
     return None
 
 
@@ -108,60 +142,6 @@ def check_expected(opts: BuildOptions, commit: Optional[str], repo: str) -> None
             f"ref {opts.ref!r} of {redact_url(repo)} resolves to {commit}, not the expected_commit {expected}; "
             "the ref moved: update expected_commit or pin ref to the expected SHA"
         )
-
-
-def run(opts: BuildOptions, check_mode: bool, make: Optional[Make]) -> Dict[str, Any]:
-    """vllm_build's run: the release found, predicted (check mode) or made by `make` (None: check mode only).
-
-    Raises BuildError (unreachable repo, unknown ref, expected_commit mismatch, failed or timed-out build: the
-    message names the log and its tail). Outside check mode, `<root>/build-status.json` follows the run from
-    `resolve` to `done` or `failed`.
-    """
-    started = time.monotonic()
-    validate(opts)
-    status = StatusFile(
-        opts.root, opts.run_id, opts.label, enabled=not check_mode, secrets=sorted(option_secrets(vars(opts)))
-    )
-    try:
-        status.stage("resolve", f"resolving {opts.label}")
-        # a release from an index (`version`): no git
-        found = plan_release(opts, check_mode, started) if opts.version else _resolve(opts, check_mode, started)
-        if isinstance(found, dict):  # found, or predicted in check mode
-            done = found
-        elif make is None:
-            raise ValueError("a run outside check mode needs the build (make)")
-        elif isinstance(found, ReleasePlan):
-            done = make.release(opts, found, status)
-        else:
-            done = make.git(opts, found, status)
-    except BaseException as exc:
-        cause = exc
-        if isinstance(exc, (BuildError, GitError, PrecompiledError)):
-            cause = BuildError(status.scrub(str(exc)))
-        elif isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            cause = BuildError(f"{exc}{no_space_hint(opts.root, str(exc))}")
-        status.stage("failed", (str(cause).splitlines() or [type(exc).__name__])[0][:300])
-        if cause is not exc:
-            raise cause from exc
-        raise
-    done["stage_seconds"] = status.durations()
-    status.stage("done", done["msg"], release_name=done["release_name"], commit=done["commit"])
-    return done
-
-
-class Lookup(NamedTuple):
-    """What the build options name on this host, read only (the check-mode run): vllm_drift's question."""
-
-    release_name: Optional[str]  # None: a short SHA the mirror cannot resolve yet
-    commit: Optional[str]
-    built: bool  # the release is there, complete: a run would change nothing
-    msg: str  # "<name> exists", or what a run would do
-
-
-def lookup(opts: BuildOptions) -> Lookup:
-    """Whether the release the options name is built here, changing nothing (the run in check mode)."""
-    found = run(opts, check_mode=True, make=None)
-    return Lookup(found["release_name"], found["commit"], not found["changed"], found["msg"])
 
 
 # The directories of `root` a build deletes in (src/: a half mirror): a link that leads out of `root` would
@@ -183,8 +163,8 @@ def _refuse_linked_dirs(root: str) -> None:
             )
 
 
-def _resolve(opts: BuildOptions, check_mode: bool, started: float) -> Union[Dict[str, Any], Resolved]:
-    """A git ref's release found (its result), predicted in check mode (the result), else what a build needs."""
+def resolve(opts: BuildOptions, started: float) -> Tuple[Resolved, Optional[Found]]:
+    """A git ref resolved on this host and the release it names, if built; raises GitError and BuildError."""
     _refuse_linked_dirs(opts.root)
     deadline = Deadline(opts.build_timeout)
     repo = normalize_repo(opts.repo)
@@ -210,30 +190,76 @@ def _resolve(opts: BuildOptions, check_mode: bool, started: float) -> Union[Dict
     mirror = mirror_path(opts.root, repo)
     resolution = resolve_remote(repo, opts.ref, min(deadline.remaining(), 120.0))
     check_expected(opts, resolution.commit, repo)
-
     if resolution.commit is None:  # short SHA: read an existing mirror (no lock needed to read)
         resolution.commit = resolve_short_sha(mirror, opts.ref, repo)
         check_expected(opts, resolution.commit, repo)
-    if resolution.commit:
-        found = existing(opts, resolution.commit, inputs)
+    found = existing(opts, resolution.commit, inputs) if resolution.commit else None
+    return Resolved(repo, python, installer, inputs, mirror, resolution, deadline, started), found
+
+
+def plan_index_release(
+    opts: BuildOptions, started: float, check: Optional[Callable[[str], None]] = None
+) -> Tuple[ReleasePlan, Optional[Found]]:
+    """The release from an index that `version` names on this host (the interpreter, installer, index, variant,
+    a given wheel's content), and it if built. `check` (vllm_build's, _release_plan) refuses the options for this
+    interpreter's version first; the look checks nothing more than it reads."""
+    deadline = Deadline(opts.build_timeout)
+    python = find_python(opts.python)
+    python_version = probe_python(python, with_torch=False)[0]
+    if check is not None:
+        check(python_version)
+    installer = find_installer(opts.installer, opts.root)
+    inputs = {
+        "python": python,
+        "python_version": python_version,
+        "installer": installer.name,
+        "build_env": recorded_build_env(opts.build_env),
+        "system_site_packages": opts.system_site_packages,
+        "pip_args": recorded_pip_args(opts.pip_args),
+        "package": canonical_package(opts.package),
+        "version": opts.version,
+        "torch_backend": opts.torch_backend,
+        "dependency_overrides": list(opts.dependency_overrides),
+        "wheel_sha256": sha256_file(opts.wheel) if opts.wheel else None,
+    }
+    digest = inputs_hash(inputs)
+    name = release_name(None, digest, version=opts.version, package=opts.package)
+    manifest = read_manifest(release_path(opts.root, name))
+    found = Found(name, digest, manifest) if manifest is not None else None
+    return ReleasePlan(python, installer, inputs, digest, name, deadline, started), found
+
+
+def lookup(opts: BuildOptions) -> Lookup:
+    """Whether the release the options name is built here, changing nothing and predicting nothing.
+
+    Raises BuildError (bad options, an unreachable repo, an unknown ref, expected_commit mismatch) as the run would.
+    """
+    validate(opts)
+    started = time.monotonic()
+    if opts.version:
+        plan, found = plan_index_release(opts, started)
         if found is not None:
-            name, digest, manifest = found
-            return exists(opts, resolution, name, digest, started, manifest)
-    if not check_mode:
-        return Resolved(repo, python, installer, inputs, mirror, resolution, deadline, started)
-    if not resolution.commit:
-        msg = f"would fetch {redact_url(repo)} to resolve the short SHA {opts.ref!r}, then build"
-        return result(
-            opts, resolution, name=None, digest=inputs_hash(inputs), started=started, changed=True,
-            built=False, manifest=None, msg=msg,
-        )  # fmt: skip
-    decision = predict_decision(opts, repo, mirror, resolution.commit, inputs)
-    digest, name = named(resolution.commit, inputs, decision.use)
-    msg = f"would build {name}"
-    if builds_beside(opts.root, name):
-        msg += " beside the incomplete release `current` names (no valid manifest.json), then swap it in"
-    disk = fit_before_build(opts, name, check_mode=True, keep=[mirror])
-    return result(
-        opts, resolution, name=name, digest=digest, started=started, changed=True, built=False, manifest=None,
-        msg=msg, decision=decision, disk=disk,
-    )  # fmt: skip
+            return Lookup(found.name, found.manifest.get("commit"), True, f"{found.name} exists")
+        return Lookup(plan.name, None, False, f"would install {opts.label} as {plan.name}")
+    try:
+        resolved, found = resolve(opts, started)
+    except GitError as exc:
+        scrub = StatusFile(
+            opts.root, opts.run_id, opts.label, enabled=False, secrets=sorted(option_secrets(vars(opts)))
+        )
+        raise BuildError(scrub.scrub(str(exc))) from exc
+    commit = resolved.resolution.commit
+    if found is not None:
+        return Lookup(found.name, commit, True, f"{found.name} exists")
+    if commit is None:
+        return Lookup(
+            None,
+            None,
+            False,
+            f"would fetch {redact_url(resolved.repo)} to resolve the short SHA {opts.ref!r}, then build",
+        )
+    variants = _variants(opts)
+    if len(variants) == 1:
+        name = named(commit, resolved.inputs, variants[0])[1]
+        return Lookup(name, commit, False, f"would build {name}")
+    return Lookup(None, commit, False, f"would build {commit[:12]} (its name waits on precompiled: auto's decision)")

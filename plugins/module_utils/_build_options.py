@@ -23,7 +23,7 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._args import (
     ROOT_ARGS,
 )
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import redact_url, secret_name
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._precompiled import (
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._precompiled_data import (
     MODES,
     PRECOMPILED_ENV,
     PrecompiledError,

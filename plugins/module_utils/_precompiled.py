@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Dict, FrozenSet, List, Mapping, Optional,
 from urllib.parse import unquote
 from urllib.request import build_opener
 
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_lookup import compiled_from_its_sources
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import read_json, redact_url
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._git import (
     changed_paths,
@@ -40,74 +41,34 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._git import (
     normalize_repo,
     resolve_commit,
 )
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._precompiled_data import (
+    COMPILED_PATHS,
+    MODES,
+    NOT_COMPILED_PATHS,
+    PrecompiledError,
+)
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._releases import RELEASES_DIR, manifest_path
 
 __all__ = [
-    "COMPILED_PATHS",
-    "MODES",
     "NIGHTLY_INDEX",
-    "NOT_COMPILED_PATHS",
-    "PRECOMPILED_ENV",
     "BaseWheel",
     "Decision",
-    "PrecompiledError",
     "WheelInfo",
     "base_dest_ref",
     "base_label",
     "check_wheel",
     "compile_inputs",
     "compiled_changes",
-    "compiled_from_its_sources",
     "decide",
     "host_platform",
     "local_base_wheels",
     "needs_git",
     "nightly_wheel",
-    "parse_base",
     "same_repo",
     "wheel_info",
     "wheel_python",
 ]
 
-MODES = ("auto", "always", "never")
-# vLLM's own data, in one place (a vLLM upgrade edits these). Paths whose change makes a base wheel's
-# compiled parts wrong for the ref: what vLLM compiles from or compiles with (setup.py of 0.33.0 blocks
-# csrc, cmake, CMakeLists.txt, pyproject.toml - the torch build pin - and vllm/_custom_ops.py; the build
-# requirements pin torch too), and what its precompiled path copies out of the base wheel over the
-# checkout, which would hide the ref's change: the Rust frontend (rust/, its toolchain and build script;
-# 0.33.0 only warns) and the Python files of the kernel packages (setup.py's extract regexes).
-# "dir/" matches below dir/, "dir/*.py" the .py files below it; "CMakeLists.txt" in any directory;
-# anything else that exact path.
-COMPILED_PATHS = (
-    "csrc/",
-    "cmake/",
-    "CMakeLists.txt",
-    "setup.py",
-    "requirements/",
-    "pyproject.toml",
-    "vllm/_custom_ops.py",
-    "rust/",
-    "rust-toolchain.toml",
-    "tools/build_rust.py",
-    "vllm/vllm_flash_attn/*.py",
-    "vllm/third_party/flashmla/*.py",
-    "vllm/third_party/triton_kernels/*.py",
-    "vllm/third_party/deep_gemm/",
-    "vllm/third_party/fmha_sm100/",
-    "vllm/third_party/tml_fa4/",
-)
-# Source-controlled files under those that the precompiled path keeps (setup.py's files_to_skip).
-NOT_COMPILED_PATHS = ("vllm/vllm_flash_attn/__init__.py", "vllm/vllm_flash_attn/flash_attn_interface.py")
-# Every variable vLLM's setup.py reads to take (or look up) precompiled parts: the `precompiled` option sets
-# them, nothing else may (VLLM_PRECOMPILED_WHEEL_LOCATION alone already switches it on, and
-# VLLM_USE_PRECOMPILED_RUST or VLLM_DOCKER_BUILD_CONTEXT start the network lookup that falls back to the nightly).
-PRECOMPILED_ENV = (
-    "VLLM_USE_PRECOMPILED",
-    "VLLM_PRECOMPILED_WHEEL_LOCATION",
-    "VLLM_PRECOMPILED_WHEEL_COMMIT",
-    "VLLM_USE_PRECOMPILED_RUST",
-    "VLLM_DOCKER_BUILD_CONTEXT",
-)
 # vLLM's wheel index: <index>/<commit>/[<variant>/]vllm/metadata.json lists the wheels of that commit.
 NIGHTLY_INDEX = "https://wheels.vllm.ai"
 INDEX_TIMEOUT = 30.0
@@ -125,10 +86,6 @@ _RELEASE = re.compile(r"\d+(?:\.\d+)*")
 # look's question, names none (issue 30: vllm_drift's imports were most of its host CPU).
 if TYPE_CHECKING:
     from ansible_collections.vllm_ops.dflash.plugins.module_utils._vendor.packaging.tags import Tag
-
-
-class PrecompiledError(Exception):
-    """The precompiled options cannot be honoured; the message names the fix."""
 
 
 class BaseWheel:
@@ -326,20 +283,6 @@ def check_wheel(info: WheelInfo, python_version: Optional[str], machine: Optiona
         )
 
 
-def parse_base(spec: str) -> Tuple[Optional[str], str]:
-    """`main` -> (None, "main"): a ref of the repository being built; `<url>#<ref>` -> (url, ref)."""
-    spec = (spec or "").strip()
-    url, sep, ref = spec.rpartition("#")
-    if not sep:
-        url, ref = "", spec
-    if not ref or (sep and not url):
-        raise PrecompiledError(
-            f"precompiled_base {redact_url(spec)!r} is not a ref or `<url>#<ref>`; give e.g. `main` or "
-            "`https://github.com/vllm-project/vllm.git#main`"
-        )
-    return (url or None), ref
-
-
 def _touches_compiled(path: str) -> bool:
     if path in NOT_COMPILED_PATHS:
         return False
@@ -363,12 +306,6 @@ def compiled_changes(paths: Sequence[str]) -> List[str]:
 def compile_inputs(inputs: Mapping[str, Any]) -> Dict[str, Any]:
     """The build inputs that decide what the compiler produces: all of them but the decision itself."""
     return {key: value for key, value in inputs.items() if key != "precompiled"}
-
-
-def compiled_from_its_sources(manifest: Mapping[str, Any]) -> bool:
-    """Whether a release's compiled modules match its own commit: a full build, or a precompiled one that
-    `auto` decided from the diff. One forced with `always` was never checked against its sources."""
-    return not manifest.get("precompiled") or (manifest.get("precompiled_details") or {}).get("mode") == "auto"
 
 
 def local_base_wheels(root: str, inputs: Mapping[str, Any]) -> List[BaseWheel]:

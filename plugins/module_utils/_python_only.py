@@ -32,13 +32,11 @@ import urllib.parse
 import zipfile
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Tuple
 
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_lookup import compiled_from_its_sources
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_paths import Paths, read_manifest, relocate_venv
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import sha256_file
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._git import git_env
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._precompiled import (
-    compiled_changes,
-    compiled_from_its_sources,
-)
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._precompiled import compiled_changes
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._releases import RELEASES_DIR, release_path
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._wheel_overlay import copy_raw
 

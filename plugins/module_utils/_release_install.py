@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_budget import fit_after_build, fit_before_build
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_host import cache_env
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_lookup import ReleasePlan
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_options import (
     BuildError,
     BuildOptions,
@@ -48,7 +49,6 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import (
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._deadline import tail
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._release_plan import (
     SOURCE,
-    ReleasePlan,
     release_exists,
     release_result,
 )

@@ -1,11 +1,11 @@
 # Copyright (c) vllm_ops.dflash contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""A release from an index (`version`) up to the host lock: its checks, its inputs and name, found or predicted.
+"""A release from an index (`version`) up to the host lock: its checks, found or predicted.
 
-What names `<package>-<version>-<inputs8>` on this host (the interpreter, installer, index, variant, a given
-wheel's content) and the checks that refuse a release before anything is written (a wheel of another package,
-version, Python or platform; a CUDA variant the driver does not run). The install itself is _release_install's,
-under the host lock; vllm_drift's look runs only this part (_build_lookup says why it is apart).
+What names `<package>-<version>-<inputs8>` on this host is _build_lookup's (all vllm_drift's look runs); here are
+the checks that refuse a release before anything is written (a wheel of another package, version, Python or
+platform; a CUDA variant the driver does not run; uv's options with pip) and its prediction in check mode. The
+install itself is _release_install's, under the host lock.
 """
 
 from __future__ import annotations
@@ -14,55 +14,31 @@ import os
 import re
 import shutil
 import subprocess
-from typing import Any, Dict, Mapping, NamedTuple, Optional, Tuple, Union
+from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_budget import fit_before_build
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_host import (
-    find_installer,
-    find_python,
-    probe_python,
-)
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_names import inputs_hash, release_name
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_lookup import ReleasePlan, plan_index_release
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_options import (
     BuildOptions,
     OptionError,
     canonical_package,
     pip_refuses_uv_options,
-    recorded_build_env,
-    recorded_pip_args,
 )
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_paths import read_manifest
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_result import result as build_result
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import sha256_file
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._deadline import Deadline
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._git import Resolution
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._installer import Installer
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._precompiled import (
     host_platform,
     wheel_info,
     wheel_python,
 )
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._releases import release_path
 
-__all__ = ["SOURCE", "ReleasePlan", "driver_cuda", "plan_release", "release_exists", "release_result"]
+__all__ = ["SOURCE", "driver_cuda", "plan_release", "release_exists", "release_result"]
 
 SOURCE = "release"  # manifest `source` of a release installed from an index or its wheel (git: build|wheel)
 # A wheel's local version that names its torch variant (vLLM's `+cu128`, `+cpu`, `+rocm6.4`).
 _VARIANT = re.compile(r"^(cu[0-9]+|cpu|rocm[0-9.]+|xpu)$")
 _CUDA_VARIANT = re.compile(r"cu([0-9]+)([0-9])")  # cu128 -> CUDA 12.8, cu130 -> 13.0
 _DRIVER_CUDA = re.compile(r"CUDA Version:\s*([0-9]+)\.([0-9]+)")  # nvidia-smi's header
-
-
-class ReleasePlan(NamedTuple):
-    """A release from an index that is not there yet: all its install starts from."""
-
-    python: str
-    installer: Installer
-    inputs: Dict[str, Any]
-    digest: str
-    name: str
-    deadline: Deadline
-    started: float
 
 
 def _check_wheel(opts: BuildOptions, python_version: str) -> None:
@@ -149,24 +125,6 @@ def _check_cuda(opts: BuildOptions) -> None:
     )
 
 
-def _inputs(opts: BuildOptions, python: str, python_version: str, installer: Installer) -> Dict[str, Any]:
-    """What names a release install (the inputs hash): the interpreter, installer, index, package, version,
-    torch variant, overrides and, for a given wheel, its content."""
-    return {
-        "python": python,
-        "python_version": python_version,
-        "installer": installer.name,
-        "build_env": recorded_build_env(opts.build_env),
-        "system_site_packages": opts.system_site_packages,
-        "pip_args": recorded_pip_args(opts.pip_args),
-        "package": canonical_package(opts.package),
-        "version": opts.version,
-        "torch_backend": opts.torch_backend,
-        "dependency_overrides": list(opts.dependency_overrides),
-        "wheel_sha256": sha256_file(opts.wheel) if opts.wheel else None,
-    }
-
-
 def release_result(opts: BuildOptions, commit: Optional[str], **kwargs: Any) -> Dict[str, Any]:
     result = build_result(opts, Resolution(opts.label, commit, "release"), **kwargs)
     manifest: Mapping[str, Any] = kwargs.get("manifest") or {}
@@ -189,26 +147,22 @@ def release_exists(
     )  # fmt: skip
 
 
-def plan_release(opts: BuildOptions, check_mode: bool, started: float) -> Union[Dict[str, Any], ReleasePlan]:
-    """The release found (its result), predicted in check mode (the result), else what its install needs."""
-    deadline = Deadline(opts.build_timeout)
-    python = find_python(opts.python)
-    python_version = probe_python(python, with_torch=False)[0]
+def _check_release(opts: BuildOptions, python_version: str) -> None:
     if opts.wheel:
         _check_wheel(opts, python_version)
     _check_cuda(opts)
-    installer = find_installer(opts.installer, opts.root)
-    if installer.name == "pip" and (opts.torch_backend or opts.dependency_overrides):
+
+
+def plan_release(opts: BuildOptions, check_mode: bool, started: float) -> Union[Dict[str, Any], ReleasePlan]:
+    """The release found (its result), predicted in check mode (the result), else what its install needs."""
+    plan, found = plan_index_release(opts, started, check=lambda python_version: _check_release(opts, python_version))
+    if plan.installer.name == "pip" and (opts.torch_backend or opts.dependency_overrides):
         raise OptionError(pip_refuses_uv_options(opts))
-    inputs = _inputs(opts, python, python_version, installer)
-    digest = inputs_hash(inputs)
-    name = release_name(None, digest, version=opts.version, package=opts.package)
-    found = read_manifest(release_path(opts.root, name))
     if found is not None:
-        return release_exists(opts, name, digest, started, found)
+        return release_exists(opts, found.name, found.digest, started, found.manifest)
     if check_mode:
         return release_result(
-            opts, None, name=name, digest=digest, started=started, changed=True, built=False, manifest=None,
-            msg=f"would install {opts.label} as {name}", disk=fit_before_build(opts, name, check_mode=True),
+            opts, None, name=plan.name, digest=plan.digest, started=started, changed=True, built=False, manifest=None,
+            msg=f"would install {opts.label} as {plan.name}", disk=fit_before_build(opts, plan.name, check_mode=True),
         )  # fmt: skip
-    return ReleasePlan(python, installer, inputs, digest, name, deadline, started)
+    return plan

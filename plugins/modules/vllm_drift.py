@@ -204,7 +204,11 @@ commit:
   returned: always
   type: str
 release_name:
-  description: The release O(ref) and the build options name, as M(vllm_ops.dflash.vllm_build) would.
+  description:
+    - The release O(ref) (or O(version)) and the build options name, as M(vllm_ops.dflash.vllm_build) would.
+    - V(null) when it is not built here and its name waits on what the look does not decide
+      (the decision of O(precompiled=auto), a short SHA the mirror does not hold); M(vllm_ops.dflash.vllm_build) in
+      check mode predicts it.
   returned: always
   type: str
   sample: 3cfc8f8b7a1b-1a2b3c4d

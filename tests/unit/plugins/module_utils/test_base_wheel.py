@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._precompiled import (
-    PrecompiledError,
-    check_wheel,
-    decide,
-    wheel_info,
-)
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._precompiled import check_wheel, decide, wheel_info
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._precompiled_data import PrecompiledError
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._vendor.packaging import _manylinux
 from ansible_collections.vllm_ops.dflash.tests.helpers.fake_wheel import make_wheel
 

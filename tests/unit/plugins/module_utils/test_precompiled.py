@@ -11,15 +11,17 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_decision im
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_options import BuildOptions
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import write_json_atomic
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._precompiled import (
-    COMPILED_PATHS,
-    PRECOMPILED_ENV,
     BaseWheel,
-    PrecompiledError,
     compile_inputs,
     compiled_changes,
     decide,
     local_base_wheels,
     needs_git,
+)
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._precompiled_data import (
+    COMPILED_PATHS,
+    PRECOMPILED_ENV,
+    PrecompiledError,
     parse_base,
 )
 from ansible_collections.vllm_ops.dflash.tests.helpers.fake_wheel import make_wheel

@@ -32,8 +32,23 @@ def test_a_fresh_host_would_change_and_nothing_is_written(tiny, tmp_path):
         assert (result["changed"], result["unchanged"], result["commit"]) == (False, False, shas["c3"])
         assert (result["current"], result["release_exists"]) == (None, False)
         assert result["files"] == [{"path": str(config), "changed": True, "reason": f"{config} does not exist"}]
-        assert result["reasons"][0].startswith(f"{result['release_name']} is not built here")
+        # auto: the name waits on the precompiled decision, which the look leaves to vllm_build
+        assert result["release_name"] is None
+        assert result["reasons"][0].startswith(f"the release of main is not built here: would build {shas['c3'][:12]}")
     assert not root.exists()
+
+
+@pytest.mark.parametrize("precompiled", ["never", "always"])
+def test_a_release_not_built_is_named_as_vllm_build_names_it_where_no_decision_is_needed(tiny, tmp_path, precompiled):
+    repo = tiny[0]
+    args = {"repo": str(repo), "ref": "main", "root": str(tmp_path / "root"), "python": sys.executable}
+    args["precompiled"] = precompiled
+    look = run_module(tmp_path, **args)
+    predicted = module_runner.run_module("vllm_build", tmp_path, args, check_mode=True)[0]
+    assert predicted["changed"] is True and predicted["release_name"]
+    assert (look["release_exists"], look["release_name"]) == (False, predicted["release_name"])
+    name = predicted["release_name"]
+    assert look["reasons"][0] == f"{name} is not built here: would build {name}"
 
 
 def test_an_unknown_ref_fails_like_the_deploy_would(tiny, tmp_path):

@@ -93,8 +93,9 @@ def defined_by(items: list[dict]) -> set[str]:
 
 
 def role_names(root: Path = ROOT) -> set[str]:
-    """Every option of every role entry point, every fact a role sets (its outputs), and every variable of a role's
-    vars/ (the deploy's look reads the roles' derived paths and speculative input for its templates)."""
+    """Every option of every role entry point, every fact a role sets and the register of an entry point that is one
+    task (its outputs: tests/unit/roles/test_role_contracts.py), and every variable of a role's vars/ (the deploy's
+    look reads the roles' derived paths and speculative input for its templates)."""
     found: set[str] = set()
     for specs in (root / "roles").glob("*/meta/argument_specs.yml"):
         for entry in yaml.safe_load(specs.read_text())["argument_specs"].values():
@@ -102,6 +103,8 @@ def role_names(root: Path = ROOT) -> set[str]:
     for task_file in (root / "roles").glob("*/tasks/*.yml"):
         items = tasks_of(yaml.safe_load(task_file.read_text()))
         found |= {key for item in items for fact in SET_FACT if isinstance(item.get(fact), dict) for key in item[fact]}
+        if len(items) == 1 and "register" in items[0]:
+            found.add(items[0]["register"])
     for role_vars in (root / "roles").glob("*/vars/*.yml"):
         found |= set(yaml.safe_load(role_vars.read_text()) or {})
     return found

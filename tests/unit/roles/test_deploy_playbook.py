@@ -357,7 +357,6 @@ def test_the_look_has_no_task_but_the_playbook_s_checks_the_drift_and_the_queue(
         "Check the types and choices of the playbook's variables",
         "Check the batches",
         "vllm_ops.dflash.vllm_install : Would a deploy change this host",
-        "vllm_ops.dflash.vllm_install : Publish what a deploy would change",
         "Queue the hosts a deploy would change, and say why",
     }
     # the shared role's validation only (the imports' own are off: rolespec_validate false)

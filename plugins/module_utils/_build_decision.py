@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping, Optional
 
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_lookup import wheel_decided
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_options import BuildOptions
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import redact_url
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._deadline import Deadline
@@ -89,13 +90,13 @@ def wheel_decision(opts: BuildOptions) -> Optional[Decision]:
 
     The release then carries mode `auto`, so a later auto lookup on this host accepts it as its own.
     """
-    if not (opts.wheel and opts.precompiled == "auto" and opts.wheel_precompiled is not None):
+    if not wheel_decided(opts):
         return None
     how = "the precompiled path" if opts.wheel_precompiled else "a full build"
     # The building host's reason travels with its wheel: a stale base wheel shows on every serving host.
     why = f": {opts.wheel_precompiled_reason}" if opts.wheel_precompiled_reason else ""
     reason = f"precompiled: auto, decided where the wheel was built ({how}){why}"
-    return Decision(opts.wheel_precompiled, "auto", reason)
+    return Decision(bool(opts.wheel_precompiled), "auto", reason)
 
 
 def predict_decision(opts: BuildOptions, repo: str, mirror: str, commit: str, inputs: Mapping[str, Any]) -> Decision:

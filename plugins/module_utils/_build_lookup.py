@@ -59,6 +59,8 @@ __all__ = [
     "lookup",
     "plan_index_release",
     "resolve",
+    "short_sha_msg",
+    "wheel_decided",
 ]
 
 
@@ -110,6 +112,16 @@ def compiled_from_its_sources(manifest: Mapping[str, Any]) -> bool:
     return not manifest.get("precompiled") or (manifest.get("precompiled_details") or {}).get("mode") == "auto"
 
 
+def wheel_decided(opts: BuildOptions) -> bool:
+    """auto with a wheel built elsewhere that carries its building host's decision (`wheel_precompiled`)."""
+    return bool(opts.wheel and opts.precompiled == "auto" and opts.wheel_precompiled is not None)
+
+
+def short_sha_msg(repo: str, ref: str) -> str:
+    """What a run does with a short SHA the host's mirror does not hold yet."""
+    return f"would fetch {redact_url(repo)} to resolve the short SHA {ref!r}, then build"
+
+
 def _variants(opts: BuildOptions) -> List[bool]:
     """The precompiled variants of a commit this run accepts, in the order it looks for them.
 
@@ -117,7 +129,7 @@ def _variants(opts: BuildOptions) -> List[bool]:
     `always` may hold compiled modules that do not match the commit's sources. A wheel built elsewhere with its
     decision (`wheel_precompiled`) is that variant alone.
     """
-    if opts.wheel and opts.precompiled == "auto" and opts.wheel_precompiled is not None:
+    if wheel_decided(opts):
         return [bool(opts.wheel_precompiled)]
     return {"never": [False], "always": [True]}.get(opts.precompiled, [False, True])
 
@@ -252,12 +264,7 @@ def lookup(opts: BuildOptions) -> Lookup:
     if found is not None:
         return Lookup(found.name, commit, True, f"{found.name} exists")
     if commit is None:
-        return Lookup(
-            None,
-            None,
-            False,
-            f"would fetch {redact_url(resolved.repo)} to resolve the short SHA {opts.ref!r}, then build",
-        )
+        return Lookup(None, None, False, short_sha_msg(resolved.repo, opts.ref))
     variants = _variants(opts)
     if len(variants) == 1:
         name = named(commit, resolved.inputs, variants[0])[1]

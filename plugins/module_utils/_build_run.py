@@ -16,7 +16,12 @@ from typing import Any, Callable, Dict, NamedTuple, Optional, Union
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_budget import fit_before_build
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_decision import predict_decision
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_host import no_space_hint
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_lookup import ReleasePlan, Resolved, resolve
+from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_lookup import (
+    ReleasePlan,
+    Resolved,
+    resolve,
+    short_sha_msg,
+)
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_names import inputs_hash, named
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_options import (
     BuildError,
@@ -27,7 +32,6 @@ from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_options imp
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_paths import builds_beside
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_result import exists, result
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._build_status import StatusFile
-from ansible_collections.vllm_ops.dflash.plugins.module_utils._common import redact_url
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._git import GitError
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._precompiled_data import PrecompiledError
 from ansible_collections.vllm_ops.dflash.plugins.module_utils._release_plan import plan_release
@@ -90,7 +94,7 @@ def _resolve(opts: BuildOptions, check_mode: bool, started: float) -> Union[Dict
     if not check_mode:
         return resolved
     if not resolution.commit:
-        msg = f"would fetch {redact_url(resolved.repo)} to resolve the short SHA {opts.ref!r}, then build"
+        msg = short_sha_msg(resolved.repo, opts.ref)
         return result(
             opts, resolution, name=None, digest=inputs_hash(inputs), started=started, changed=True,
             built=False, manifest=None, msg=msg,
